@@ -1,0 +1,63 @@
+"""RunPod serverless entry point.
+
+Cold start: parse settings, start the engine and warm it with a real rendered page, then hand
+jobs to the worker. One worker takes up to MAX_CONCURRENT_JOBS jobs at once; their pages share
+the engine. See README.md for the job input and result.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from typing import Any
+
+import runpod
+
+from vlm_ocr.app import start_worker
+from vlm_ocr.runtime import WorkerLoop
+from vlm_ocr.settings import Settings
+
+log = logging.getLogger("vlm_ocr.handler")
+ON_RUNPOD = bool(os.environ.get("RUNPOD_WEBHOOK_GET_JOB"))
+
+
+def main() -> None:
+    settings = Settings()
+    logging.basicConfig(
+        level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    loop = WorkerLoop()
+    try:
+        worker = loop.run(start_worker(settings))
+    except Exception:
+        log.exception("cold start failed; this worker takes no jobs")
+        sys.exit(1)
+
+    async def handler(job: dict[str, Any]) -> dict[str, Any]:
+        def progress(update: dict[str, Any]) -> None:
+            if ON_RUNPOD:
+                runpod.serverless.progress_update(job, update)
+            log.info(
+                "job %s: page %s %s (%s/%s)",
+                job["id"],
+                update["page"],
+                update["status"],
+                update["done"],
+                update["total"],
+            )
+
+        result = await loop.submit(worker.run(job["id"], job.get("input"), progress))
+        if not ON_RUNPOD:
+            print(json.dumps(result, ensure_ascii=False, indent=2), flush=True)
+        return result
+
+    def concurrency_modifier(current: int) -> int:
+        return settings.max_concurrent_jobs
+
+    runpod.serverless.start({"handler": handler, "concurrency_modifier": concurrency_modifier})
+
+
+if __name__ == "__main__":
+    main()

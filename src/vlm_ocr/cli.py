@@ -1,0 +1,120 @@
+"""`vlm-ocr`: the worker's pipeline and tools on the command line.
+
+vlm-ocr run FILE... [--out DIR]   OCR local PDFs and images, as a job would
+vlm-ocr bench [--pages N]         pages/s and per-stage time through the pipeline
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import logging
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from .settings import Settings
+
+IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".webp", ".tif", ".tiff"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="vlm-ocr", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="OCR local PDFs and images through the worker pipeline")
+    run.add_argument("files", nargs="+", type=Path)
+    run.add_argument(
+        "--out",
+        type=Path,
+        help="local results folder (default: the store "
+        "the settings select: the bucket if configured, else OUTPUT_DIR)",
+    )
+    run.add_argument("--pages", help='page selection for PDFs, e.g. "1-3,7"')
+    run.add_argument("--prompt", help="prompt preset")
+    run.add_argument("--max-pixels", type=int, help="page pixel budget")
+    run.add_argument("--json", action="store_true", help="print each job result as JSON")
+
+    bench = sub.add_parser("bench", help="measure pages/s and per-stage time per page")
+    bench.add_argument("--pages", type=int, default=12, help="pages per job (default 12)")
+    bench.add_argument("--jobs", type=int, default=1, help="jobs run at once (default 1)")
+    bench.add_argument("--out", type=Path, help="local results folder (default: a temp folder)")
+    bench.add_argument("--bucket", action="store_true", help="store in the configured bucket")
+    bench.add_argument(
+        "--direct",
+        action="store_true",
+        help="also send the same pages straight to the engine's server",
+    )
+
+    args = parser.parse_args(argv)
+    settings = Settings()
+    logging.basicConfig(level=settings.log_level, format="%(levelname)s %(name)s: %(message)s")
+    if args.command == "run":
+        return asyncio.run(_run(settings, args))
+    if args.command == "bench":
+        from .bench import bench_main
+
+        return asyncio.run(bench_main(settings, args))
+    return 2
+
+
+def job_for_file(path: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """The job input that names a local file, as a RunPod request would carry it."""
+    data = base64.b64encode(path.read_bytes()).decode()
+    source = {"base64": data, "name": path.name}
+    job: dict[str, Any] = (
+        {"images": [source]} if path.suffix.lower() in IMAGE_SUFFIXES else {"pdf": source}
+    )
+    if args.pages and "pdf" in job:
+        job["pages"] = args.pages
+    if args.prompt:
+        job["prompt"] = args.prompt
+    if args.max_pixels:
+        job["max_pixels"] = args.max_pixels
+    job["output_prefix"] = re.sub(r"[^A-Za-z0-9._-]+", "_", path.stem).strip("._-") or "file"
+    return job
+
+
+async def _run(settings: Settings, args: argparse.Namespace) -> int:
+    from .app import start_worker
+
+    missing = [str(p) for p in args.files if not p.is_file()]
+    if missing:
+        print(f"vlm-ocr run: no such file: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    worker = await start_worker(settings, out_dir=args.out)
+    failed = 0
+    try:
+        for path in args.files:
+            result = await worker.run(path.stem, job_for_file(path, args))
+            failed += bool(result.get("error"))
+            if args.json:
+                print(json.dumps(result, ensure_ascii=False, indent=2))
+            else:
+                print(_summary(path, result, worker.store.uri))
+    finally:
+        await worker.close()
+    return 1 if failed else 0
+
+
+def _summary(path: Path, result: dict[str, Any], uri: Any) -> str:
+    if "pages" not in result:
+        return f"{path}: FAILED: {result.get('error')}"
+    t = result["totals"]
+    lines = [
+        f"{path}: {t['ok']}/{t['pages']} pages ok, {t['chars']} characters, "
+        f"{result['timings']['total_s']:.1f} s -> {uri(result['manifest_key'] or result['prefix'])}"
+    ]
+    for page in result["pages"]:
+        where = page.get("key") or page.get("error")
+        lines.append(f"  page {page['page']:>4}  {page['status']:<6} {where}")
+    if result.get("error"):
+        lines.append(f"  error: {result['error']}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,83 @@
+"""The embedded CPU engine: RapidOCR (PP-OCR models in ONNX, shipped inside the package).
+
+It stands in for the GPU model on a laptop. It reads no prompt; its lines are joined in reading
+order by `reading_order`, so two-column pages come out column by column.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.metadata
+import logging
+import time
+from typing import Any
+
+import numpy as np
+
+from ..errors import EngineError
+from ..prompts import Prompt
+from ..reading_order import Line, to_text
+from ..render import PageImage
+from .base import EngineFacts, Recognition
+
+log = logging.getLogger(__name__)
+
+
+class RapidOcrEngine:
+    default_concurrency = 1  # onnxruntime already uses every core for one page
+
+    def __init__(self) -> None:
+        version = importlib.metadata.version("rapidocr")
+        self.facts = EngineFacts(
+            name="rapidocr",
+            version=version,
+            model="PP-OCR (rapidocr built-in det/cls/rec)",
+            uses_prompt=False,
+        )
+        self._ocr: Any = None
+        self._lock = asyncio.Lock()
+
+    @property
+    def failure(self) -> str | None:
+        return None
+
+    async def start(self, warmup: PageImage) -> None:
+        t0 = time.perf_counter()
+        self._ocr = await asyncio.to_thread(_load)
+        loaded = time.perf_counter()
+        result = await self.recognize(warmup, prompt=None)
+        if not result.text.strip():
+            raise EngineError("the CPU engine read nothing from the warm-up page", fatal=True)
+        self.facts.details = {
+            "load_s": round(loaded - t0, 3),
+            "warmup_s": round(result.seconds, 3),
+        }
+
+    async def recognize(self, page: PageImage, prompt: Prompt | None) -> Recognition:
+        if self._ocr is None:
+            raise EngineError("the CPU engine was not started")
+        t0 = time.perf_counter()
+        async with self._lock:
+            text = await asyncio.to_thread(self._read, page)
+        return Recognition(text=text, finish_reason="stop", seconds=time.perf_counter() - t0)
+
+    def _read(self, page: PageImage) -> str:
+        out = self._ocr(np.asarray(page.image))
+        if out.boxes is None or out.txts is None:
+            return ""
+        lines = [Line.from_quad(box, txt) for box, txt in zip(out.boxes, out.txts, strict=True)]
+        return to_text(lines)
+
+    def fingerprint(self, prompt: Prompt) -> dict[str, Any]:
+        # The CPU engine ignores the prompt, so it is not part of what decides the text.
+        return {"engine": "rapidocr", "version": self.facts.version, "reading_order": "xy-cut-1"}
+
+    async def close(self) -> None:
+        self._ocr = None
+
+
+def _load() -> Any:
+    from rapidocr import RapidOCR
+
+    logging.getLogger("RapidOCR").setLevel(logging.WARNING)
+    return RapidOCR(params={"Global.log_level": "warning"})

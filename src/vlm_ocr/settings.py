@@ -1,0 +1,178 @@
+"""Every environment variable the worker reads, declared once.
+
+The README table, `.runpod/hub.json` and the Dockerfile's `ENV` lines are checked against this
+class by the test suite; `python -m vlm_ocr.settings` prints the README table.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class EngineKind(StrEnum):
+    AUTO = "auto"
+    VLLM = "vllm"
+    OPENAI = "openai"
+    RAPIDOCR = "rapidocr"
+
+
+DEFAULT_MODEL = "QuantTrio/Qwen3-VL-32B-Instruct-AWQ"
+
+
+class Settings(BaseSettings):
+    """Worker settings; each field is one environment variable of the same name, upper-cased."""
+
+    model_config = SettingsConfigDict(case_sensitive=False, extra="ignore")
+
+    # --- job pipeline -------------------------------------------------------------------------
+    engine: EngineKind = Field(
+        EngineKind.AUTO,
+        description="`auto` (vLLM when a CUDA GPU and a model are present, else the CPU engine), "
+        "`vllm`, `openai` (an external OpenAI-compatible server) or `rapidocr` (CPU).",
+    )
+    output_dir: Path = Field(
+        Path("output"),
+        description="Local results folder, used when no bucket is configured.",
+    )
+    default_prompt: str = Field("markdown", description="Prompt preset used when a job names none.")
+    max_pixels: int = Field(
+        1_600_000,
+        ge=65_536,
+        le=16_000_000,
+        description="Default page pixel budget (width × height) for rendering and for the model.",
+    )
+    max_image_pixels: int = Field(
+        120_000_000,
+        description="Largest source image accepted, in pixels (decompression-bomb guard).",
+    )
+    max_download_bytes: int = Field(
+        200_000_000, description="Largest document or image accepted from any source, in bytes."
+    )
+    download_timeout_s: float = Field(
+        60.0, description="Time limit for one URL download, in seconds."
+    )
+    allow_private_urls: bool = Field(
+        False,
+        description="Allow `http://` and private, loopback or link-local URL targets. "
+        "Only for local development and tests.",
+    )
+    max_pages_per_job: int = Field(2000, description="Most pages one job may select.")
+    job_max_concurrent_pages: int = Field(
+        64, ge=1, description="Pages of one job rendered and in flight at once."
+    )
+    max_concurrent_pages: int = Field(
+        0,
+        ge=0,
+        description="Pages in flight at the engine across all jobs; 0 = the engine's own "
+        "default (`MAX_NUM_SEQS` for vLLM and `openai`, 1 for the CPU engine).",
+    )
+    max_concurrent_jobs: int = Field(
+        8, ge=1, description="Jobs one worker takes at once (RunPod `concurrency_modifier`)."
+    )
+    log_level: str = Field("INFO", description="Python log level.")
+
+    # --- bucket (Cloudflare R2 or any S3 endpoint) --------------------------------------------
+    bucket_endpoint_url: str | None = Field(
+        None, description="S3 endpoint, for R2 `https://<ACCOUNT_ID>.r2.cloudflarestorage.com`."
+    )
+    bucket_name: str | None = Field(None, description="Bucket for inputs named by key and results.")
+    bucket_access_key_id: str | None = Field(None, description="Bucket access key id.")
+    bucket_secret_access_key: str | None = Field(None, description="Bucket secret access key.")
+    bucket_prefix: str = Field(
+        "ocr", description="Key prefix under which every job's results are stored."
+    )
+    presign_expires_s: int = Field(
+        3600, ge=1, le=604_800, description="Lifetime of presigned result URLs, in seconds."
+    )
+    bucket_max_attempts: int = Field(
+        5, ge=1, description="Attempts per bucket request (throttling, 5xx, timeouts)."
+    )
+    bucket_connect_timeout_s: float = Field(5.0, description="Bucket connect timeout, seconds.")
+    bucket_read_timeout_s: float = Field(30.0, description="Bucket read timeout, seconds.")
+
+    # --- GPU engine (vLLM) --------------------------------------------------------------------
+    model_name: str = Field(
+        DEFAULT_MODEL, description="Model: a Hugging Face id or a local directory."
+    )
+    model_revision: str | None = Field(None, description="Model revision (commit or tag).")
+    served_model_name: str = Field("ocr", description="Name the engine serves the model under.")
+    gdn_prefill_backend: str = Field(
+        "triton",
+        description="`--gdn-prefill-backend`; `triton` avoids the FlashInfer kernel that is "
+        "JIT-compiled (and can be OOM-killed) on Hopper.",
+    )
+    kv_cache_dtype: str = Field(
+        "fp8", description="`--kv-cache-dtype`, always passed explicitly (`fp8` or `auto`)."
+    )
+    max_model_len: int = Field(8192, description="`--max-model-len` (prompt + output tokens).")
+    max_num_seqs: int = Field(192, description="`--max-num-seqs`: sequences the engine batches.")
+    max_num_batched_tokens: int = Field(16384, description="`--max-num-batched-tokens`.")
+    gpu_memory_utilization: float = Field(
+        0.90, gt=0, le=1, description="`--gpu-memory-utilization`."
+    )
+    tensor_parallel_size: int = Field(1, ge=1, description="`--tensor-parallel-size`.")
+    enforce_eager: bool = Field(
+        False, description="`--enforce-eager`: skip CUDA graphs (faster start, slower pages)."
+    )
+    vllm_extra_args: str = Field("", description="Extra `vllm serve` flags, shell-quoted.")
+    vllm_python: str = Field(
+        "python3", description="Interpreter of the environment that has vLLM installed."
+    )
+    vllm_port: int = Field(8000, description="Loopback port of the vLLM server.")
+    vllm_startup_timeout_s: float = Field(
+        900.0, description="Time allowed from spawning the server to a healthy warm engine."
+    )
+    openai_base_url: str | None = Field(
+        None, description="Base URL of an external OpenAI-compatible server (`ENGINE=openai`)."
+    )
+    openai_api_key: str | None = Field(None, description="API key for `OPENAI_BASE_URL`.")
+    max_tokens: int = Field(4096, ge=16, description="Output token cap per page request.")
+    max_attempts: int = Field(
+        4, ge=1, description="Attempts per page when it stops by length or repetition."
+    )
+    request_timeout_s: float = Field(600.0, description="Time limit for one page request.")
+
+    @field_validator("log_level")
+    @classmethod
+    def _upper(cls, value: str) -> str:
+        return value.upper()
+
+    @property
+    def bucket_configured(self) -> bool:
+        return bool(self.bucket_name)
+
+
+def env_name(field: str) -> str:
+    return field.upper()
+
+
+def settings_table() -> list[tuple[str, str, str]]:
+    """(variable, default, description) for every setting, in declaration order."""
+    rows = []
+    for name, field in Settings.model_fields.items():
+        default = field.default
+        if default is None:
+            shown = ""
+        elif isinstance(default, bool):
+            shown = str(default).lower()
+        elif isinstance(default, StrEnum):
+            shown = default.value
+        else:
+            shown = str(default)
+        rows.append((env_name(name), shown, field.description or ""))
+    return rows
+
+
+def markdown_table() -> str:
+    lines = ["| Variable | Default | What it does |", "|---|---|---|"]
+    for var, default, desc in settings_table():
+        lines.append(f"| `{var}` | {f'`{default}`' if default else '—'} | {desc} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(markdown_table())

@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import runpod
@@ -18,9 +19,37 @@ import runpod
 from vlm_ocr.app import start_worker
 from vlm_ocr.runtime import WorkerLoop
 from vlm_ocr.settings import Settings
+from vlm_ocr.worker import Worker
 
 log = logging.getLogger("vlm_ocr.handler")
-ON_RUNPOD = bool(os.environ.get("RUNPOD_WEBHOOK_GET_JOB"))
+Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+def on_runpod() -> bool:
+    """True inside a RunPod worker (the SDK is given its job queue's address)."""
+    return bool(os.environ.get("RUNPOD_WEBHOOK_GET_JOB"))
+
+
+def make_handler(loop: WorkerLoop, worker: Worker) -> Handler:
+    async def handler(job: dict[str, Any]) -> dict[str, Any]:
+        def progress(update: dict[str, Any]) -> None:
+            if on_runpod():
+                runpod.serverless.progress_update(job, update)
+            log.info(
+                "job %s: page %s %s (%s/%s)",
+                job["id"],
+                update["page"],
+                update["status"],
+                update["done"],
+                update["total"],
+            )
+
+        result = await loop.submit(worker.run(job["id"], job.get("input"), progress))
+        if not on_runpod():
+            print(json.dumps(result, ensure_ascii=False, indent=2), flush=True)
+        return result
+
+    return handler
 
 
 def main() -> None:
@@ -35,28 +64,12 @@ def main() -> None:
         log.exception("cold start failed; this worker takes no jobs")
         sys.exit(1)
 
-    async def handler(job: dict[str, Any]) -> dict[str, Any]:
-        def progress(update: dict[str, Any]) -> None:
-            if ON_RUNPOD:
-                runpod.serverless.progress_update(job, update)
-            log.info(
-                "job %s: page %s %s (%s/%s)",
-                job["id"],
-                update["page"],
-                update["status"],
-                update["done"],
-                update["total"],
-            )
-
-        result = await loop.submit(worker.run(job["id"], job.get("input"), progress))
-        if not ON_RUNPOD:
-            print(json.dumps(result, ensure_ascii=False, indent=2), flush=True)
-        return result
-
     def concurrency_modifier(current: int) -> int:
         return settings.max_concurrent_jobs
 
-    runpod.serverless.start({"handler": handler, "concurrency_modifier": concurrency_modifier})
+    runpod.serverless.start(
+        {"handler": make_handler(loop, worker), "concurrency_modifier": concurrency_modifier}
+    )
 
 
 if __name__ == "__main__":

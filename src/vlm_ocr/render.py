@@ -135,7 +135,7 @@ def render_image(data: bytes, budget: Budget, max_image_pixels: int) -> PageImag
     img = _to_rgb(img)
     scale = budget.scale_for(img.width, img.height)
     if scale < 1:
-        size = (max(1, round(img.width * scale)), max(1, round(img.height * scale)))
+        size = (max(1, int(img.width * scale)), max(1, int(img.height * scale)))
         img = img.resize(size, Image.Resampling.LANCZOS)
     return PageImage.of(img)
 

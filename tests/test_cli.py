@@ -1,0 +1,51 @@
+"""`vlm-ocr run` and `vlm-ocr bench` as a user runs them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from vlm_ocr import samples
+from vlm_ocr.textsim import similarity
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cli(*args: str, tmp: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BUCKET_")}
+    env["MAX_PIXELS"] = "700000"
+    return subprocess.run(
+        [sys.executable, "-m", "vlm_ocr.cli", *args],
+        cwd=tmp,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_run_local_pdf_to_folder(tmp_path: Path) -> None:
+    pages = samples.numbered_pages(2, lines=3)
+    (tmp_path / "Case 42.pdf").write_bytes(samples.pdf_from_pages(pages))
+    proc = cli("run", "Case 42.pdf", "--out", "results", tmp=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "2/2 pages ok" in proc.stdout
+    for n, truth in enumerate(pages, 1):
+        text = (tmp_path / f"results/Case_42/page-000{n}.md").read_text()
+        assert similarity(text, samples.page_text(truth)) >= 0.9
+    assert (tmp_path / "results/Case_42/manifest.json").is_file()
+
+
+def test_run_reports_missing_file(tmp_path: Path) -> None:
+    proc = cli("run", "nope.pdf", tmp=tmp_path)
+    assert proc.returncode == 2 and "no such file: nope.pdf" in proc.stderr
+
+
+def test_bench_prints_figures(tmp_path: Path) -> None:
+    proc = cli("bench", "--pages", "2", tmp=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "pages/s:" in proc.stdout
+    for stage in ("render_s", "engine_s", "store_s"):
+        assert stage in proc.stdout

@@ -1,0 +1,153 @@
+"""The handler as users run it: `--test_input` in a subprocess, and the SDK's local API server."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from vlm_ocr import samples
+from vlm_ocr.textsim import similarity
+
+from .conftest import b64
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def handler_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RUNPOD_", "BUCKET_"))}
+    env.update(OUTPUT_DIR=str(tmp_path / "out"), RUNPOD_LOG_LEVEL="ERROR")
+    env.update(extra)
+    return env
+
+
+def test_test_input_json_runs_and_prints_result(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "handler.py", "--test_input", (ROOT / "test_input.json").read_text()],
+        cwd=ROOT,
+        env=handler_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout[proc.stdout.index("{") :])
+    assert result["status"] == "ok" and result["totals"]["pages"] == 2
+    for page, truth in zip(result["pages"], samples.LEGAL_PAGES, strict=True):
+        stored = (tmp_path / "out" / page["key"]).read_text(encoding="utf-8")
+        assert stored == page["text"]
+        assert similarity(stored, samples.page_text(truth)) >= 0.9, stored
+    assert (tmp_path / "out/demo/lease/manifest.json").is_file()
+
+
+def test_bad_test_input_exits_non_zero_with_field(tmp_path: Path) -> None:
+    job = {"input": {"pdf": {"base64": b64(b"%PDF-1.7 truncated")}}}
+    proc = subprocess.run(
+        [sys.executable, "handler.py", "--test_input", json.dumps(job)],
+        cwd=ROOT,
+        env=handler_env(tmp_path, RUNPOD_LOG_LEVEL="INFO"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 1
+    assert "input.pdf.base64: the PDF is corrupt or truncated" in proc.stdout + proc.stderr
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def api_server(tmp_path_factory: pytest.TempPathFactory):
+    tmp = tmp_path_factory.mktemp("api")
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "handler.py",
+            "--rp_serve_api",
+            "--rp_api_host",
+            "127.0.0.1",
+            "--rp_api_port",
+            str(port),
+            "--rp_api_concurrency",
+            "1",
+        ],
+        cwd=ROOT,
+        env=handler_env(tmp),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(proc.stderr.read().decode()[-3000:] if proc.stderr else "exited")
+        try:
+            httpx.get(url + "/docs", timeout=1)
+            break
+        except httpx.HTTPError:
+            time.sleep(0.5)
+    yield url, tmp / "out"
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+def test_runsync_over_http(api_server) -> None:
+    url, out = api_server
+    pages = samples.numbered_pages(2, lines=3)
+    job = {
+        "input": {"pdf": {"base64": b64(samples.pdf_from_pages(pages))}, "output_prefix": "api/one"}
+    }
+    resp = httpx.post(url + "/runsync", json=job, timeout=120)
+    assert resp.status_code == 200
+    body = resp.json()
+    assert body["status"] == "COMPLETED", body
+    output = body["output"]
+    assert output["totals"]["ok"] == 2
+    for page, truth in zip(output["pages"], pages, strict=True):
+        assert similarity((out / page["key"]).read_text(), samples.page_text(truth)) >= 0.9
+
+
+def test_runsync_bad_input_is_failed_job(api_server) -> None:
+    url, _ = api_server
+    body = httpx.post(
+        url + "/runsync", json={"input": {"pdf": {"url": "ftp://x"}}}, timeout=60
+    ).json()
+    assert body["status"] == "FAILED"
+    assert "input.pdf.url" in body["error"] and "https" in body["error"]
+
+
+def test_each_page_reports_progress_through_the_sdk(monkeypatch, loop, worker) -> None:
+    import asyncio
+
+    import runpod
+
+    import handler as entry
+
+    sent: list[tuple[str, dict]] = []
+    monkeypatch.setenv("RUNPOD_WEBHOOK_GET_JOB", "https://api.runpod.invalid/job-take")
+    monkeypatch.setattr(
+        runpod.serverless, "progress_update", lambda job, p: sent.append((job["id"], p))
+    )
+    job = {
+        "id": "job-p",
+        "input": {
+            "pdf": {"base64": b64(samples.pdf_from_pages(samples.numbered_pages(3, lines=2)))}
+        },
+    }
+    result = asyncio.run(entry.make_handler(loop, worker)(job))
+    assert result["status"] == "ok"
+    assert sorted(p["done"] for _, p in sent) == [1, 2, 3]
+    assert {job_id for job_id, _ in sent} == {"job-p"}
+    assert sorted(p["page"] for _, p in sent) == [1, 2, 3] and all(p["total"] == 3 for _, p in sent)

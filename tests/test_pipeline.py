@@ -1,0 +1,145 @@
+"""The job pipeline end to end on the CPU engine and the local store."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from PIL import Image
+
+from vlm_ocr import samples
+from vlm_ocr.settings import Settings
+from vlm_ocr.storage import LocalStore
+from vlm_ocr.textsim import similarity
+from vlm_ocr.worker import Worker
+
+from .conftest import b64, gather, page_image, png_bytes
+
+
+def stored_text(settings: Settings, key: str) -> str:
+    return (settings.output_dir / key).read_text(encoding="utf-8")
+
+
+def test_multi_page_pdf_each_page_matches_its_own_text(run, settings: Settings) -> None:
+    pages = samples.numbered_pages(3)
+    result = run({"pdf": {"base64": b64(samples.pdf_from_pages(pages))}, "output_prefix": "t/a"})
+    assert result["status"] == "ok" and "error" not in result
+    assert [p["key"] for p in result["pages"]] == [f"t/a/page-000{n}.md" for n in (1, 2, 3)]
+    for page, truth in zip(result["pages"], pages, strict=True):
+        text = stored_text(settings, page["key"])
+        assert similarity(text, samples.page_text(truth)) >= 0.9, text
+        assert page["chars"] == len(text)
+        assert set(page["timings"]) >= {"render_s", "engine_s", "store_s", "total_s"}
+    manifest = json.loads(stored_text(settings, "t/a/manifest.json"))
+    assert manifest["totals"] == result["totals"] | {}
+    assert [p["status"] for p in manifest["pages"]] == ["ok"] * 3
+    assert manifest["engine"]["name"] == "rapidocr" and manifest["engine"]["version"]
+    assert all("text" not in p for p in manifest["pages"])
+    assert result["notes"] and "reads no prompt" in result["notes"][0]
+
+
+def test_two_columns_come_out_column_by_column(run) -> None:
+    left = ["Left column opens the lease.", "Left column second clause.", "Left column ends."]
+    right = ["Right column begins here.", "Right column second clause.", "Right column ends."]
+    pdf = samples.pdf_from_pages([left + right], columns=2)
+    result = run({"pdf": {"base64": b64(pdf)}, "return_text": True})
+    text = result["pages"][0]["text"]
+    assert similarity(text, "\n".join(left + right)) >= 0.9, text
+    positions = [text.find(word) for word in ("opens", "second", "ends", "begins")]
+    assert positions[:3] == sorted(positions[:3]) and positions[2] < positions[3], text
+
+
+def test_selection_beyond_document_keeps_good_pages(run, settings: Settings) -> None:
+    pdf = samples.pdf_from_pages(samples.numbered_pages(2))
+    result = run({"pdf": {"base64": b64(pdf)}, "pages": "2,5", "output_prefix": "sel"})
+    assert result["status"] == "partial"
+    ok, bad = result["pages"]
+    assert ok["page"] == 2 and ok["status"] == "ok"
+    assert (
+        similarity(
+            stored_text(settings, ok["key"]), samples.page_text(samples.numbered_pages(2)[1])
+        )
+        >= 0.9
+    )
+    assert bad["page"] == 5 and bad["status"] == "failed"
+    assert "page 5 does not exist; the document has 2 pages" in bad["error"]
+    assert result["errors"] == [f"page 5: {bad['error']}"]
+
+
+def test_bad_images_reported_good_ones_stored(run, settings: Settings) -> None:
+    good = ["Clause seven shall remain in force."]
+    images = [
+        {"base64": b64(png_bytes(page_image(good)))},
+        {"base64": "%%% not base64 %%%"},
+        {"base64": b64(b"plain text, not an image")},
+        {"base64": b64(png_bytes(Image.new("1", (12_000, 12_000))))},
+        {"url": "https://127.0.0.1/page.png"},
+        {"key": "uploads/page.png"},
+    ]
+    result = run({"images": images, "output_prefix": "imgs"})
+    assert result["status"] == "partial" and result["totals"] == result["totals"] | {
+        "ok": 1,
+        "failed": 5,
+    }
+    first = result["pages"][0]
+    assert first["status"] == "ok"
+    assert similarity(stored_text(settings, first["key"]), good[0]) >= 0.9
+    errors = {p["page"]: p["error"] for p in result["pages"][1:]}
+    assert "input.images[1].base64: not valid base64" in errors[2]
+    assert "input.images[2]: the data is not an image" in errors[3]
+    assert "input.images[3]: the image is 12000×12000" in errors[4]
+    assert "input.images[4].url" in errors[5] and "loopback" in errors[5]
+    assert "input.images[5].key" in errors[6] and "no bucket is configured" in errors[6]
+    manifest = json.loads(stored_text(settings, "imgs/manifest.json"))
+    assert [p["status"] for p in manifest["pages"]] == ["ok"] + ["failed"] * 5
+    assert not (settings.output_dir / "imgs/page-0002.md").exists()
+
+
+def test_unreadable_pdf_fails_job_with_field(run) -> None:
+    result = run({"pdf": {"base64": b64(b"not a pdf at all")}})
+    assert result == {
+        "error": "input.pdf.base64: the data is not a PDF (it does not start with %PDF)"
+    }
+    assert "input: give exactly one document" in run({})["error"]
+
+
+def test_rerun_reuses_stored_pages(run) -> None:
+    job = {
+        "pdf": {"base64": b64(samples.pdf_from_pages(samples.numbered_pages(2)))},
+        "output_prefix": "again",
+    }
+    first = run(job)
+    second = run(job)
+    assert [p["reused"] for p in first["pages"]] == [False, False]
+    assert [p["reused"] for p in second["pages"]] == [True, True]
+    assert [p["chars"] for p in second["pages"]] == [p["chars"] for p in first["pages"]]
+    changed = run(job | {"max_pixels": 600_000})  # other pixels: recognized again
+    assert [p["reused"] for p in changed["pages"]] == [False, False]
+
+
+def test_sixteen_concurrent_jobs_never_cross(loop, cpu_engine, tmp_path: Path) -> None:
+    settings = Settings(output_dir=tmp_path / "out", max_pixels=450_000)
+
+    async def build() -> Worker:
+        return Worker(settings, cpu_engine, LocalStore(settings.output_dir))
+
+    worker = loop.run(build())
+    docs = {j: samples.numbered_pages(2, lines=3) for j in range(16)}
+    for j, pages in docs.items():  # make every job's pages unique across jobs too
+        for n, page in enumerate(pages):
+            page.insert(0, f"Job {j} sheet {n + 1} code {j * 1000 + n * 17 + 4242}")
+    results = gather(
+        loop,
+        [
+            worker.run(
+                f"job-{j}",
+                {"pdf": {"base64": b64(samples.pdf_from_pages(pages))}, "output_prefix": f"c/{j}"},
+            )
+            for j, pages in docs.items()
+        ],
+    )
+    for j, result in enumerate(results):
+        assert result["status"] == "ok", result.get("error")
+        for page, truth in zip(result["pages"], docs[j], strict=True):
+            text = stored_text(settings, page["key"])
+            assert similarity(text, samples.page_text(truth)) >= 0.9, (j, text)

@@ -1,0 +1,103 @@
+"""Rendering: PDF pages at the pixel budget; images upright, RGB, within budget; bad files."""
+
+from __future__ import annotations
+
+import pymupdf
+import pytest
+from PIL import Image
+
+from vlm_ocr import samples
+from vlm_ocr.errors import PageError
+from vlm_ocr.render import Budget, open_pdf, render_image
+
+from .conftest import png_bytes
+
+BUDGET = Budget(1_000_000)
+
+
+def test_pdf_page_meets_pixel_budget() -> None:
+    pdf = open_pdf(samples.pdf_from_pages([["one"], ["two"]]))
+    assert pdf.page_count == 2
+    page = pdf.render(2, BUDGET)
+    assert 0.97 * 1_000_000 <= page.width * page.height <= 1_000_000 * 1.01
+    assert page.height / page.width == pytest.approx(842 / 595, rel=0.01)
+    side = pdf.render(1, Budget(1_000_000, max_side=800))
+    assert max(side.width, side.height) <= 801
+
+
+def test_same_pixels_same_hash() -> None:
+    data = samples.pdf_from_pages([["one"], ["two"]])
+    a, b = open_pdf(data), open_pdf(data)
+    assert a.render(1, BUDGET).sha256 == b.render(1, BUDGET).sha256
+    assert a.render(1, BUDGET).sha256 != a.render(2, BUDGET).sha256
+
+
+def _pdf_with_zero_pages() -> bytes:
+    objs = [b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [] /Count 0 >>"]
+    out, offsets = bytearray(b"%PDF-1.4\n"), []
+    for i, body in enumerate(objs, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % i + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 3\n0000000000 65535 f \n"
+    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    out += b"trailer\n<< /Size 3 /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % xref
+    return bytes(out)
+
+
+def _encrypted_pdf() -> bytes:
+    doc = pymupdf.open(stream=samples.pdf_from_pages([["secret"]]), filetype="pdf")
+    return doc.tobytes(encryption=pymupdf.PDF_ENCRYPT_AES_256, owner_pw="o", user_pw="u")
+
+
+@pytest.mark.parametrize(
+    ("data", "says"),
+    [
+        (b"hello, not a pdf", "not a PDF"),
+        (samples.pdf_from_pages([["x"]])[:200], "corrupt or truncated"),
+        (_encrypted_pdf(), "encrypted"),
+        (_pdf_with_zero_pages(), "no pages"),
+    ],
+)
+def test_bad_pdfs(data: bytes, says: str) -> None:
+    with pytest.raises(ValueError, match=says):
+        open_pdf(data)
+
+
+def test_image_turned_by_exif_and_flattened_to_rgb() -> None:
+    img = Image.new("RGBA", (400, 200), (255, 0, 0, 0))  # fully transparent -> white
+    img.paste((0, 0, 255, 255), (0, 0, 40, 40))  # opaque blue corner, top-left
+    exif = Image.Exif()
+    exif[0x0112] = 6  # "rotate 90 CW to view"
+    page = render_image(png_bytes(img, exif=exif), BUDGET, 10**8)
+    assert (page.width, page.height) == (200, 400)
+    assert page.image.mode == "RGB"
+    assert page.image.getpixel((199, 0)) == (0, 0, 255)  # the corner went to the top-right
+    assert page.image.getpixel((10, 300)) == (255, 255, 255)
+
+
+def test_large_image_scaled_down_never_up() -> None:
+    big = render_image(png_bytes(Image.new("L", (4000, 3000), 255)), BUDGET, 10**8)
+    assert big.width * big.height <= 1_000_000 and big.width / big.height == pytest.approx(
+        4 / 3, 0.01
+    )
+    small = render_image(png_bytes(Image.new("RGB", (300, 200))), BUDGET, 10**8)
+    assert (small.width, small.height) == (300, 200)
+
+
+@pytest.mark.parametrize("fmt", ["JPEG", "WEBP", "TIFF"])
+def test_accepted_formats(fmt: str) -> None:
+    page = render_image(png_bytes(Image.new("RGB", (64, 48), "white"), fmt), BUDGET, 10**8)
+    assert (page.width, page.height) == (64, 48)
+
+
+def test_bad_images() -> None:
+    with pytest.raises(PageError, match="not an image"):
+        render_image(b"GIF89a but not really", BUDGET, 10**8)
+    with pytest.raises(PageError, match="GIF images are not accepted"):
+        render_image(png_bytes(Image.new("RGB", (8, 8)), "GIF"), BUDGET, 10**8)
+    with pytest.raises(PageError, match="corrupt or truncated"):
+        render_image(png_bytes(Image.new("RGB", (300, 300), "red"))[:120], BUDGET, 10**8)
+    bomb = png_bytes(Image.new("1", (12_000, 12_000)))  # 144 MP in a few kB
+    with pytest.raises(PageError, match="over the 120 MP limit"):
+        render_image(bomb, BUDGET, 120_000_000)

@@ -1,0 +1,69 @@
+"""Job input validation: every bad input names its field and what is accepted."""
+
+from __future__ import annotations
+
+import pytest
+
+from vlm_ocr.errors import InputError
+from vlm_ocr.schema import JobInput, parse_selection, select_pages
+
+
+def error_of(raw: object) -> InputError:
+    with pytest.raises(InputError) as info:
+        JobInput.parse(raw, max_pages=100)
+    return info.value
+
+
+def test_valid_pdf_and_images() -> None:
+    job = JobInput.parse({"pdf": {"url": "https://example.com/a.pdf"}, "pages": "1-3,7"})
+    assert job.pdf is not None and job.pdf.kind == "url"
+    job = JobInput.parse({"images": [{"base64": "AAAA"}, {"key": "up/p2.png"}]})
+    assert [s.kind for s in job.images or []] == ["base64", "key"]
+
+
+@pytest.mark.parametrize(
+    ("raw", "field", "says"),
+    [
+        ({}, "input", "give exactly one document"),
+        ({"pdf": {"base64": "x"}, "images": [{"base64": "x"}]}, "input", "not both"),
+        ({"pdf": {"base64": "x"}, "pages": "3-1"}, "input.pages", "ranges go up"),
+        ({"pdf": {"base64": "x"}, "pages": "first"}, "input.pages", '"1-3,7"'),
+        ({"pdf": {"base64": "x"}, "pages": "0"}, "input.pages", "pages start at 1"),
+        ({"images": [{"base64": "x"}], "pages": "1"}, "input.pages", "applies to `pdf` only"),
+        ({"pdf": {"base64": "x"}, "prompt": "poetry"}, "input.prompt", "legal-zh-tw"),
+        (
+            {"pdf": {"base64": "x"}, "prompt": "plain", "custom_prompt": "x"},
+            "input.prompt",
+            "not both",
+        ),
+        ({"pdf": {"base64": "x"}, "return_text": "yes"}, "input.return_text", "boolean"),
+        ({"images": "a.png"}, "input.images", "list"),
+        ({"images": []}, "input.images", "at least 1"),
+        ({"pdf": {}}, "input.pdf", "exactly one of `base64`, `url` or `key`"),
+        ({"pdf": {"base64": "x", "url": "https://a"}}, "input.pdf", "got base64 and url"),
+        ({"pdf": {"base64": 5}}, "input.pdf.base64", "string"),
+        ({"pdf": {"base64": "x"}, "colour": 1}, "input.colour", "accepted fields: pdf, pages"),
+        ({"pdf": {"base64": "x"}, "output_prefix": "../x"}, "input.output_prefix", "letters"),
+        ({"pdf": {"base64": "x"}, "max_pixels": 10}, "input.max_pixels", "greater than"),
+        ("just a string", "input", "JSON object"),
+    ],
+)
+def test_bad_input_names_field(raw: object, field: str, says: str) -> None:
+    err = error_of(raw)
+    assert err.field == field
+    assert says in err.message
+
+
+def test_too_many_images() -> None:
+    err = error_of({"images": [{"base64": "x"}] * 101})
+    assert err.field == "input.images" and "at most 100" in err.message
+
+
+def test_selection_parsing() -> None:
+    assert parse_selection("1-3, 7,10-") == [(1, 3), (7, 7), (10, None)]
+    assert select_pages("1-3,7,2", 8, 100) == ([1, 2, 3, 7], [])
+    assert select_pages(None, 3, 100) == ([1, 2, 3], [])
+    assert select_pages("6-", 8, 100) == ([6, 7, 8], [])
+    assert select_pages("3-5,9", 4, 100) == ([3, 4], [5, 9])
+    with pytest.raises(InputError, match="more than 10 pages"):
+        select_pages("1-50", 100, 10)

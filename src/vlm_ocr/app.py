@@ -7,7 +7,7 @@ from pathlib import Path
 
 from .engines.base import Engine
 from .settings import EngineKind, Settings
-from .storage import LocalStore, Store
+from .storage import LocalStore, S3Store, Store
 from .worker import Worker
 
 log = logging.getLogger(__name__)
@@ -32,6 +32,13 @@ def make_engine(settings: Settings) -> Engine:
 
 def make_store(settings: Settings, out_dir: Path | None = None) -> Store:
     """The bucket when bucket settings are present, unless a local folder is asked for."""
+    if out_dir is None and settings.bucket_configured:
+        if bool(settings.bucket_access_key_id) != bool(settings.bucket_secret_access_key):
+            raise ValueError(
+                "set both BUCKET_ACCESS_KEY_ID and BUCKET_SECRET_ACCESS_KEY, or neither"
+            )
+        log.info("store: s3://%s/%s", settings.bucket_name, settings.bucket_prefix)
+        return S3Store.from_settings(settings)
     return LocalStore(out_dir or settings.output_dir)
 
 

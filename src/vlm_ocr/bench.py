@@ -31,9 +31,12 @@ def percentile(values: list[float], q: float) -> float:
 
 
 async def bench_main(settings: Settings, args: argparse.Namespace) -> int:
+    if args.loopback_s3:
+        settings = _with_loopback_s3(settings)
     with tempfile.TemporaryDirectory(prefix="vlm-ocr-bench-") as tmp:
-        out = None if args.bucket else (args.out or Path(tmp))
-        if args.bucket and not settings.bucket_configured:
+        use_bucket = args.bucket or args.loopback_s3
+        out = None if use_bucket else (args.out or Path(tmp))
+        if use_bucket and not settings.bucket_configured:
             print("vlm-ocr bench --bucket: set BUCKET_NAME and its credentials first")
             return 2
         t0 = time.perf_counter()
@@ -47,6 +50,32 @@ async def bench_main(settings: Settings, args: argparse.Namespace) -> int:
             await worker.close()
     print_report(figures, worker.engine_facts(), cold_start, worker.store.kind)
     return 0 if figures["failed"] == 0 else 1
+
+
+def _with_loopback_s3(settings: Settings) -> Settings:
+    """Start an S3 server on loopback (moto, a test dependency) with a fresh bucket."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="bench",
+        aws_secret_access_key="bench",
+    ).create_bucket(Bucket="bench")
+    return settings.model_copy(
+        update={
+            "bucket_endpoint_url": endpoint,
+            "bucket_name": "bench",
+            "bucket_access_key_id": "bench",
+            "bucket_secret_access_key": "bench",
+        }
+    )
 
 
 async def run_bench(worker: Any, *, pages: int, jobs: int) -> dict[str, Any]:

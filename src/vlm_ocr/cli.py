@@ -44,6 +44,11 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--out", type=Path, help="local results folder (default: a temp folder)")
     bench.add_argument("--bucket", action="store_true", help="store in the configured bucket")
     bench.add_argument(
+        "--loopback-s3",
+        action="store_true",
+        help="store in an S3 server started on loopback (needs moto)",
+    )
+    bench.add_argument(
         "--direct",
         action="store_true",
         help="also send the same pages straight to the engine's server",

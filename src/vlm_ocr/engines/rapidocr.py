@@ -36,6 +36,8 @@ class RapidOcrEngine:
         )
         self._ocr: Any = None
         self._lock = asyncio.Lock()
+        #: join lines as the detector returns them (the baseline `vlm-ocr eval` compares against)
+        self.detection_order = False
 
     @property
     def failure(self) -> str | None:
@@ -65,12 +67,15 @@ class RapidOcrEngine:
         out = self._ocr(np.asarray(page.image))
         if out.boxes is None or out.txts is None:
             return ""
+        if self.detection_order:
+            return "\n".join(out.txts)
         lines = [Line.from_quad(box, txt) for box, txt in zip(out.boxes, out.txts, strict=True)]
         return to_text(lines)
 
     def fingerprint(self, prompt: Prompt) -> dict[str, Any]:
         # The CPU engine ignores the prompt, so it is not part of what decides the text.
-        return {"engine": "rapidocr", "version": self.facts.version, "reading_order": "xy-cut-1"}
+        order = "detection" if self.detection_order else "xy-cut-3"
+        return {"engine": "rapidocr", "version": self.facts.version, "reading_order": order}
 
     async def close(self) -> None:
         self._ocr = None

@@ -1,0 +1,110 @@
+"""One page, one chat request to an OpenAI-compatible server (vLLM, or any compatible one)."""
+
+from __future__ import annotations
+
+import base64
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from ..errors import EngineError
+
+# A loop is a short pattern repeated many times in a row; tables and dotted leaders repeat too,
+# but rarely 8 times a pattern of up to 32 tokens.
+REPETITION_DETECTION = {"max_pattern_size": 32, "min_count": 8}
+
+_THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL)
+_OPEN_THINK = re.compile(r"^.*?</think>\s*", re.DOTALL)
+
+
+def strip_think(text: str) -> str:
+    """Remove reasoning: whole <think>…</think> blocks, and a leading block whose opening tag
+    was in the prompt (only its closing tag appears), and an unclosed trailing <think>."""
+    text = _THINK_BLOCK.sub("", text)
+    if "</think>" in text:
+        text = _OPEN_THINK.sub("", text, count=1)
+    if "<think>" in text:
+        text = text.split("<think>", 1)[0]
+    return text.strip()
+
+
+@dataclass
+class Completion:
+    text: str
+    finish_reason: str | None
+    prompt_tokens: int | None
+    output_tokens: int | None
+
+
+class ChatClient:
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str | None,
+        timeout_s: float,
+        max_connections: int,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        if not self.base_url.endswith("/v1"):
+            self.base_url += "/v1"
+        self.model = model
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx.AsyncClient(
+            headers=headers,
+            timeout=httpx.Timeout(timeout_s, connect=10.0),
+            limits=httpx.Limits(
+                max_connections=max_connections, max_keepalive_connections=max_connections
+            ),
+        )
+
+    @staticmethod
+    def request_body(
+        model: str, png: bytes, prompt: str, *, temperature: float, max_tokens: int, seed: int = 0
+    ) -> dict[str, Any]:
+        image_url = "data:image/png;base64," + base64.b64encode(png).decode()
+        return {
+            "model": model,
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "image_url", "image_url": {"url": image_url}},
+                        {"type": "text", "text": prompt},
+                    ],
+                }
+            ],
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+            "seed": seed,  # retries at a raised temperature are reproducible too
+            # Qwen3.5 and other reasoning models think for minutes per page otherwise.
+            "chat_template_kwargs": {"enable_thinking": False},
+            "repetition_detection": REPETITION_DETECTION,
+        }
+
+    async def complete(self, body: dict[str, Any]) -> Completion:
+        try:
+            resp = await self._http.post(self.base_url + "/chat/completions", json=body)
+        except httpx.TimeoutException:
+            raise EngineError("the page request timed out (REQUEST_TIMEOUT_S)") from None
+        except httpx.HTTPError as exc:
+            raise EngineError(f"the engine server did not answer: {exc!r}") from None
+        if resp.status_code != 200:
+            raise EngineError(
+                f"the engine server answered HTTP {resp.status_code}: {resp.text[:500]}"
+            )
+        data = resp.json()
+        choice = data["choices"][0]
+        usage = data.get("usage") or {}
+        return Completion(
+            text=choice["message"].get("content") or "",
+            finish_reason=choice.get("finish_reason"),
+            prompt_tokens=usage.get("prompt_tokens"),
+            output_tokens=usage.get("completion_tokens"),
+        )
+
+    async def close(self) -> None:
+        await self._http.aclose()

@@ -1,0 +1,136 @@
+"""Engine pieces that need no server: argv, think stripping, prompts, fingerprints, selection."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from vlm_ocr.app import choose_engine_kind
+from vlm_ocr.engines.chat_client import ChatClient, strip_think
+from vlm_ocr.engines.vllm_server import server_argv
+from vlm_ocr.engines.vlm import VlmEngine
+from vlm_ocr.prompts import PRESETS, Prompt, resolve
+from vlm_ocr.settings import EngineKind, Settings
+
+# What the image runs for the default model on one 80 GB GPU (README "Engine" shows it).
+PRODUCTION_ARGV = [
+    "python3",
+    "-m",
+    "vllm.entrypoints.openai.api_server",
+    "--model",
+    "QuantTrio/Qwen3-VL-32B-Instruct-AWQ",
+    "--served-model-name",
+    "ocr",
+    "--host",
+    "127.0.0.1",
+    "--port",
+    "8000",
+    "--gdn-prefill-backend",
+    "triton",
+    "--kv-cache-dtype",
+    "fp8",
+    "--max-model-len",
+    "8192",
+    "--max-num-seqs",
+    "192",
+    "--max-num-batched-tokens",
+    "16384",
+    "--gpu-memory-utilization",
+    "0.9",
+    "--tensor-parallel-size",
+    "1",
+    "--limit-mm-per-prompt",
+    '{"image": 1, "video": 0}',
+    "--mm-processor-kwargs",
+    '{"max_pixels": 1600000}',
+    "--mm-processor-cache-gb",
+    "0",
+]
+
+
+def test_production_argv_for_default_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in Settings.model_fields:
+        monkeypatch.delenv(name.upper(), raising=False)
+    settings = Settings()
+    assert server_argv(settings, settings.vllm_port) == PRODUCTION_ARGV
+
+
+def test_argv_options() -> None:
+    s = Settings(
+        model_revision="abc123",
+        enforce_eager=True,
+        vllm_extra_args="--seed 7 --foo 'a b'",
+        vllm_python="/opt/venv/bin/python",
+        max_pixels=2_000_000,
+        tensor_parallel_size=2,
+    )
+    argv = server_argv(s, 9000)
+    assert argv[0] == "/opt/venv/bin/python"
+    assert argv[argv.index("--revision") + 1] == "abc123"
+    assert argv[argv.index("--port") + 1] == "9000"
+    assert json.loads(argv[argv.index("--mm-processor-kwargs") + 1]) == {"max_pixels": 2_000_000}
+    assert "--enforce-eager" in argv and argv[-4:] == ["--seed", "7", "--foo", "a b"]
+
+
+@pytest.mark.parametrize(
+    ("raw", "clean"),
+    [
+        ("<think>plan the page</think>\n第一條 本法", "第一條 本法"),
+        ("hidden reasoning whose tag was in the prompt</think>Article 1", "Article 1"),
+        ("Text <think>a</think>more<think>b</think> end", "Text more end"),
+        ("Answer first <think>and then it never closes", "Answer first"),
+        ("No reasoning at all.", "No reasoning at all."),
+    ],
+)
+def test_strip_think(raw: str, clean: str) -> None:
+    assert strip_think(raw) == clean
+
+
+def test_request_body_pins_thinking_off_and_loop_detection() -> None:
+    body = ChatClient.request_body("ocr", b"\x89PNG", "Transcribe.", temperature=0.0, max_tokens=99)
+    assert body["chat_template_kwargs"] == {"enable_thinking": False}
+    assert body["repetition_detection"]["min_count"] >= 2
+    assert body["max_tokens"] == 99 and body["temperature"] == 0.0
+    image, text = body["messages"][0]["content"]
+    assert image["image_url"]["url"].startswith("data:image/png;base64,")
+    assert text == {"type": "text", "text": "Transcribe."}
+
+
+def test_presets_and_their_rules() -> None:
+    assert set(PRESETS) == {"legal-zh-tw", "markdown", "plain"}
+    legal = PRESETS["legal-zh-tw"].text
+    for rule in ("背面", "【模糊】", "第十條", "「得」與「應」", "表格", "流程圖", "註腳"):
+        assert rule in legal
+    assert resolve(None, None, "plain") is PRESETS["plain"]
+    custom = resolve(None, "Read the receipt.", "plain")
+    assert custom.name == "custom" and custom.version == Prompt.custom("Read the receipt.").version
+    assert custom.version != Prompt.custom("Read the invoice.").version
+
+
+def test_fingerprint_changes_with_prompt_model_and_sampling() -> None:
+    s = Settings(openai_base_url="http://127.0.0.1:1")
+    e = VlmEngine(s, server=None)
+    fp = e.fingerprint(PRESETS["markdown"])
+    assert fp["prompt"] == "markdown" and fp["prompt_version"] == "1"
+    assert fp["sampling"]["temperatures"] == [0.0, 0.1, 0.1, 0.2]
+    assert fp != e.fingerprint(PRESETS["plain"])
+    other = VlmEngine(s.model_copy(update={"served_model_name": "other"}), server=None)
+    assert other.fingerprint(PRESETS["markdown"]) != fp
+    fewer = VlmEngine(s.model_copy(update={"max_tokens": 1000}), server=None)
+    assert fewer.fingerprint(PRESETS["markdown"]) != fp
+
+
+def test_auto_engine_choice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import vlm_ocr.app as app
+
+    monkeypatch.setattr(app, "has_cuda_gpu", lambda: False)
+    kind, why = choose_engine_kind(Settings(model_name=str(tmp_path)))
+    assert kind is EngineKind.RAPIDOCR and "no CUDA GPU" in why
+    monkeypatch.setattr(app, "has_cuda_gpu", lambda: True)
+    kind, why = choose_engine_kind(Settings(model_name=str(tmp_path)))
+    assert kind is EngineKind.VLLM and "present" in why
+    kind, why = choose_engine_kind(Settings(model_name="org/not-here"))
+    assert kind is EngineKind.RAPIDOCR and "model org/not-here not found" in why
+    assert choose_engine_kind(Settings(engine="openai"))[0] is EngineKind.OPENAI

@@ -1,0 +1,204 @@
+"""The GPU engine path for real: vLLM's CPU build serving a tiny generated Qwen3-VL on loopback."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from vlm_ocr import samples
+from vlm_ocr.app import start_worker
+from vlm_ocr.plan import image_tokens
+from vlm_ocr.settings import EngineKind, Settings
+
+from .conftest import b64, page_image, png_bytes
+from .engine_support import ROOT, SERVER_PIXELS, engine_env, make_tiny_model
+from .test_handler import free_port
+
+pytestmark = pytest.mark.engine
+
+
+def settings_from(env: dict[str, str], **extra: object) -> Settings:
+    fields = {k.lower(): v for k, v in env.items() if k.lower() in Settings.model_fields}
+    return Settings(**(fields | extra))
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tiny_model(tmp_path_factory.mktemp("model") / "tiny-qwen3-vl")
+
+
+@pytest.fixture(scope="module")
+def vllm(loop, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory):
+    """One engine server for the module, started by the worker as in production."""
+    env = engine_env(tiny_model, free_port())
+    for key in ("VLLM_CPU_KVCACHE_SPACE", "HF_HUB_OFFLINE"):  # the server inherits these
+        os.environ.setdefault(key, env[key])
+    settings = settings_from(env, output_dir=tmp_path_factory.mktemp("out"))
+    worker = loop.run(start_worker(settings))
+    yield worker, settings
+    loop.run(worker.close())
+
+
+def test_cold_start_records_engine_facts(vllm) -> None:
+    worker, _ = vllm
+    facts = worker.engine_facts()
+    assert facts["name"] == "vllm" and facts["version"] == "0.32.0"
+    assert facts["spawn_to_healthy_s"] > 0 and facts["warmup_s"] > 0
+    assert facts["warmup_prompt_tokens"] > 100  # the warm-up page's image tokens came back
+    assert int(facts["kv_cache_tokens"].replace(",", "")) > 0
+    assert float(facts["max_concurrency"]) > 1
+    assert facts["kv_cache_dtype"] == "auto" and facts["gpu"] == "none"
+    assert "gdn_prefill_kernel" in facts
+    argv = facts["argv"]
+    assert argv[argv.index("--gdn-prefill-backend") + 1] == "triton"
+    assert argv[argv.index("--kv-cache-dtype") + 1] == "auto"
+
+
+def test_multi_page_job_records_tokens_finish_reasons_and_ladder(loop, vllm) -> None:
+    worker, settings = vllm
+    pdf = samples.pdf_from_pages(samples.numbered_pages(3, lines=2))
+    result = loop.run(
+        worker.run(
+            "v1",
+            {"pdf": {"base64": b64(pdf)}, "output_prefix": "vllm/one", "prompt": "legal-zh-tw"},
+        )
+    )
+    assert len(result["pages"]) == 3
+    assert result["engine"]["name"] == "vllm" and result["engine"]["kv_cache_tokens"]
+    assert result["fingerprint"]["prompt"] == "legal-zh-tw" and result["fingerprint"]["model"]
+    for page in result["pages"]:
+        assert page["prompt_tokens"] > 100 and page["output_tokens"] > 0
+        # Random weights run on greedily to the token cap, so every page climbs the retry ladder;
+        # at a raised temperature a page may stop on its own (then it is stored as good).
+        assert page["attempts"] >= 2
+        if page["finish_reason"] == "stop":
+            assert page["status"] == "ok" and (settings.output_dir / page["key"]).is_file()
+        else:
+            assert page["finish_reason"] in {"repetition", "length"}
+            assert page["attempts"] == settings.max_attempts
+            assert page["status"] == "failed" and "on all 3 attempts" in page["error"]
+            assert not (settings.output_dir / f"vllm/one/page-{page['page']:04d}.md").exists()
+            if page.get("partial_key"):
+                assert page["partial_key"] == f"vllm/one/failed/page-{page['page']:04d}.partial.md"
+    manifest = json.loads((settings.output_dir / "vllm/one/manifest.json").read_text())
+    assert [p["attempts"] for p in manifest["pages"]] == [p["attempts"] for p in result["pages"]]
+    assert manifest["engine"]["version"] == "0.32.0"
+
+
+def test_prompt_tokens_follow_the_pixel_budget(loop, vllm) -> None:
+    worker, _ = vllm
+    image = {"base64": b64(png_bytes(page_image(["Budget page."])))}
+    seen = []
+    for budget in (200_000, 400_000, 800_000):
+        result = loop.run(worker.run(f"px{budget}", {"images": [image], "max_pixels": budget}))
+        page = result["pages"][0]
+        seen.append(
+            (
+                page["prompt_tokens"],
+                image_tokens(page["width"], page["height"], max_pixels=SERVER_PIXELS),
+            )
+        )
+    (p0, i0), (p1, i1), (p2, i2) = seen
+    assert i0 < i1 < i2
+    assert (
+        p1 - p0 == i1 - i0 and p2 - p1 == i2 - i1
+    )  # 32×32 pixels per token, as the processor counts
+
+
+def test_openai_engine_uses_the_same_client(loop, vllm, tmp_path: Path) -> None:
+    worker, settings = vllm
+    other = settings.model_copy(
+        update={
+            "engine": EngineKind.OPENAI,
+            "openai_base_url": worker.engine.base_url,
+            "output_dir": tmp_path,
+        }
+    )
+    remote = loop.run(start_worker(other))
+    try:
+        result = loop.run(
+            remote.run("o1", {"images": [{"base64": b64(png_bytes(page_image(["x"])))}]})
+        )
+    finally:
+        loop.run(remote.close())
+    assert result["engine"]["name"] == "openai"
+    assert result["pages"][0]["prompt_tokens"] > 0 and result["pages"][0]["attempts"] >= 2
+
+
+def test_killing_the_server_mid_job_fails_fast_and_exits(tiny_model: Path, tmp_path: Path) -> None:
+    api_port, engine_port = free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RUNPOD_", "BUCKET_"))}
+    env |= engine_env(
+        tiny_model,
+        engine_port,
+        MAX_TOKENS="200",
+        MAX_CONCURRENT_PAGES="1",
+        OUTPUT_DIR=str(tmp_path / "out"),
+        RUNPOD_LOG_LEVEL="ERROR",
+    )
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "handler.py",
+            "--rp_serve_api",
+            "--rp_api_host",
+            "127.0.0.1",
+            "--rp_api_port",
+            str(api_port),
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{api_port}"
+    try:
+        deadline = time.monotonic() + 400
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+            try:
+                httpx.get(url + "/docs", timeout=1)
+                break
+            except httpx.HTTPError:
+                time.sleep(1)
+        engine_pid = int(
+            subprocess.run(
+                ["pgrep", "-f", f"api_server.*--port {engine_port}"], capture_output=True, text=True
+            ).stdout.split()[0]
+        )
+        pdf = samples.pdf_from_pages(samples.numbered_pages(40, lines=1))
+        job = {"input": {"pdf": {"base64": b64(pdf)}, "output_prefix": "crash"}}
+        killer = subprocess.Popen(["bash", "-c", f"sleep 4; kill -9 -- -{engine_pid}"])
+        t0 = time.monotonic()
+        body = httpx.post(url + "/runsync", json=job, timeout=120).json()
+        took = time.monotonic() - t0
+        killer.wait()
+        assert took < 60, "the job must return promptly once the engine is gone"
+        assert body["status"] == "FAILED"
+        assert "the vLLM server exited while serving with code -9" in body["error"]
+        assert "this worker will be replaced" in body["error"]
+        # The SDK's local API server drops the output of a failed job; the manifest has it.
+        manifest = json.loads((tmp_path / "out/crash/manifest.json").read_text())
+        pages = manifest["pages"]
+        assert len(pages) == 40
+        done = [p for p in pages if p.get("attempts")]
+        gone = [p for p in pages if "exited while serving" in (p.get("error") or "")]
+        assert done and gone and len(done) + len(gone) >= 39
+        for page in done:
+            stored = page.get("key") or page.get("partial_key")
+            if stored:
+                assert (tmp_path / "out" / stored).is_file()
+        assert proc.wait(timeout=30) == 1, "the worker exits non-zero so RunPod replaces it"
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+        subprocess.run(["pkill", "-9", "-f", f"api_server.*--port {engine_port}"], check=False)

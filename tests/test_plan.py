@@ -1,0 +1,171 @@
+"""`vlm-ocr plan`: KV bytes per token, image tokens, weights and pages at once, by hand-checkable rules."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vlm_ocr.plan import image_tokens, plan, read_shape
+
+DENSE = {
+    "model_type": "qwen3_vl",
+    "text_config": {
+        "num_hidden_layers": 64,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "hidden_size": 5120,
+        "intermediate_size": 25600,
+        "vocab_size": 151936,
+    },
+    "vision_config": {"depth": 27, "hidden_size": 1152, "intermediate_size": 4304},
+    "quantization_config": {"quant_method": "awq", "bits": 4},
+}
+HYBRID = {
+    "model_type": "qwen3_5_moe",
+    "text_config": {
+        "num_hidden_layers": 40,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 2,
+        "head_dim": 256,
+        "hidden_size": 2048,
+        "intermediate_size": 512,
+        "moe_intermediate_size": 512,
+        "num_experts": 256,
+        "vocab_size": 248320,
+        "full_attention_interval": 4,
+        "linear_num_key_heads": 16,
+        "linear_num_value_heads": 32,
+        "linear_key_head_dim": 128,
+        "linear_value_head_dim": 128,
+        "linear_conv_kernel_dim": 4,
+    },
+    "torch_dtype": "bfloat16",
+}
+
+
+def test_dense_kv_bytes_per_token_matches_hand_calculation() -> None:
+    p = plan(
+        DENSE,
+        model_dir=None,
+        gpu_memory_gb=80,
+        kv_cache_dtype="auto",
+        page_size=(911, 1288),
+        max_pixels=1_600_000,
+        max_tokens=4096,
+        max_model_len=8192,
+        gpu_memory_utilization=0.9,
+        tensor_parallel_size=1,
+    )
+    assert p.kv_bytes_per_token == 2 * 64 * 8 * 128 * 2 == 262_144
+    fp8 = plan(
+        DENSE,
+        model_dir=None,
+        gpu_memory_gb=80,
+        kv_cache_dtype="fp8",
+        page_size=(911, 1288),
+        max_pixels=1_600_000,
+        max_tokens=4096,
+        max_model_len=8192,
+        gpu_memory_utilization=0.9,
+        tensor_parallel_size=1,
+    )
+    assert fp8.kv_bytes_per_token == 131_072 and fp8.pages_at_once >= 2 * p.pages_at_once - 1
+    assert p.image_tokens == 1120 and p.page_tokens == 1120 + 150 + 4096
+    # the arithmetic is shown and adds up
+    assert p.pages_at_once == int(p.kv_budget_gb * 1e9 // (p.page_tokens * p.kv_bytes_per_token))
+    assert any("262,144" in line for line in p.arithmetic)
+
+
+def test_hybrid_counts_only_full_attention_layers_plus_recurrent_state() -> None:
+    shape = read_shape(HYBRID)
+    assert shape.full_attention_layers == 10 and shape.layers == 40
+    p = plan(
+        HYBRID,
+        model_dir=None,
+        gpu_memory_gb=141,
+        kv_cache_dtype="auto",
+        page_size=(911, 1288),
+        max_pixels=1_600_000,
+        max_tokens=1024,
+        max_model_len=8192,
+        gpu_memory_utilization=0.9,
+        tensor_parallel_size=1,
+    )
+    assert p.kv_bytes_per_token == 2 * 10 * 2 * 256 * 2  # a quarter of the all-attention figure
+    state = 30 * (32 * 128 * 128 * 4 + (2 * 16 * 128 + 32 * 128) * 3 * 2)
+    assert shape.linear_state_bytes == state
+    expected = int(p.kv_budget_gb * 1e9 // (p.page_tokens * p.kv_bytes_per_token + state))
+    assert p.pages_at_once == expected > 0
+    assert any("linear-attention" in n for n in p.notes)
+
+
+@pytest.mark.parametrize(
+    ("size", "max_pixels", "patch", "tokens"),
+    [
+        ((911, 1288), 1_600_000, 32, 1120),  # A4 at 1288 px longest side (Qwen3-VL)
+        ((1000, 1000), 1_600_000, 32, 961),  # 992 × 992
+        ((1000, 1000), 500_000, 32, 484),  # scaled down into the budget: 704 × 704
+        ((1000, 1000), 1_600_000, 28, 1296),  # Qwen2-VL: 1008 × 1008 at 28 px
+        ((100, 100), 1_600_000, 32, 64),  # scaled up to the 65,536 px minimum: 256 × 256
+    ],
+)
+def test_image_tokens_follow_processor_rounding(size, max_pixels, patch, tokens) -> None:
+    assert image_tokens(*size, max_pixels=max_pixels, patch=patch) == tokens
+
+
+def test_weights_from_safetensors_when_present(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(DENSE))
+    (tmp_path / "model-00001-of-00002.safetensors").write_bytes(b"\0" * 1000)
+    (tmp_path / "model-00002-of-00002.safetensors").write_bytes(b"\0" * 500)
+    p = plan(
+        DENSE,
+        model_dir=tmp_path,
+        gpu_memory_gb=24,
+        kv_cache_dtype="fp8",
+        page_size=(911, 1288),
+        max_pixels=1_600_000,
+        max_tokens=4096,
+        max_model_len=8192,
+        gpu_memory_utilization=0.9,
+        tensor_parallel_size=1,
+    )
+    assert p.weights_source == "safetensors files: 1,500 bytes"
+    estimated = plan(
+        DENSE,
+        model_dir=None,
+        gpu_memory_gb=80,
+        kv_cache_dtype="fp8",
+        page_size=(911, 1288),
+        max_pixels=1_600_000,
+        max_tokens=4096,
+        max_model_len=8192,
+        gpu_memory_utilization=0.9,
+        tensor_parallel_size=1,
+    )
+    assert 15 < estimated.weights_gb < 25  # ~33 B parameters at ~4.25 bits
+
+
+def test_cli_json_and_table(tmp_path: Path) -> None:
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(DENSE))
+    run = [
+        sys.executable,
+        "-m",
+        "vlm_ocr.cli",
+        "plan",
+        str(cfg),
+        "--kv-cache-dtype",
+        "fp8",
+        "--page-size",
+        "911x1288",
+    ]
+    single = subprocess.run([*run, "--gpu-memory", "80", "--json"], capture_output=True, text=True)
+    data = json.loads(single.stdout)
+    assert data["kv_bytes_per_token"] == 131_072 and data["image_tokens"] == 1120
+    table = subprocess.run(run, capture_output=True, text=True).stdout
+    assert "pages at once" in table and all(f"{g:>8}" in table for g in ("24", "48", "80", "141"))

@@ -17,7 +17,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_clean_keeps_reading_content_only() -> None:
-    md = "# 第一條\n\n| a | b |\n|---|---|\n| **得** | <td>應</td> |\n[link](https://x.y/z) $\\alpha + 1$"
+    md = (
+        "# 第一條\n\n| a | b |\n|---|---|\n| **得** | <td>應</td> |\n"
+        "[link](https://x.y/z) $\\alpha + 1$"
+    )
     assert clean(md) == "第一條ab得應link1"
     assert clean("Ｆｕｌｌ－ｗｉｄｔｈ １２３") == "Fullwidth123"
 

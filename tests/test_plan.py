@@ -1,4 +1,4 @@
-"""`vlm-ocr plan`: KV bytes per token, image tokens, weights and pages at once, by hand-checkable rules."""
+"""`vlm-ocr plan`: KV bytes per token, image tokens, weights and pages at once, checked by hand."""
 
 from __future__ import annotations
 

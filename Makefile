@@ -35,6 +35,8 @@ demo: $(VENV)/.demo
 lint: $(VENV)/.test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/hadolint Dockerfile
+	$(BIN)/actionlint
 
 test: lint $(ENGINE_VENV)/.installed
 	$(BIN)/pytest

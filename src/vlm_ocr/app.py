@@ -22,7 +22,7 @@ def model_present(settings: Settings) -> bool:
     """A local model directory, or the hub id in the local Hugging Face cache."""
     if Path(settings.model_name).is_dir():
         return True
-    hf_home = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
+    hf_home = Path(settings.hf_home or Path.home() / ".cache" / "huggingface")
     cache = Path(os.environ.get("HF_HUB_CACHE", hf_home / "hub"))
     return (cache / f"models--{settings.model_name.replace('/', '--')}").is_dir()
 

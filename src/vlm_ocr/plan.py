@@ -79,7 +79,7 @@ class ModelShape:
     full_attention_layers: int
     kv_heads: int
     head_dim: int
-    params: float | None
+    params: tuple[float, float] | None  # (decoder layers, embeddings + vision tower)
     quantization: str | None
     weight_dtype_bytes: float
     linear_state_bytes: int = 0  # per sequence, all linear-attention (GDN) layers together
@@ -143,8 +143,9 @@ def read_shape(cfg: dict[str, Any]) -> ModelShape:
     )
 
 
-def estimate_params(cfg: dict[str, Any]) -> float | None:
-    """Parameter count from the shapes (dense or MoE text model plus the vision tower)."""
+def estimate_params(cfg: dict[str, Any]) -> tuple[float, float] | None:
+    """Parameter counts from the shapes: the decoder layers (what quantization shrinks), and the
+    embeddings, output head and vision tower (which AWQ/GPTQ checkpoints keep in 16 bits)."""
     text = _text_config(cfg)
     try:
         hidden, layers = int(text["hidden_size"]), int(text["num_hidden_layers"])
@@ -175,7 +176,7 @@ def estimate_params(cfg: dict[str, Any]) -> float | None:
         vis = int(vision.get("depth", 0)) * (
             4 * vh * vh + 2 * vh * int(vision.get("intermediate_size", 0))
         )
-    return float(layers * (attn + mlp) + embed + vis)
+    return float(layers * (attn + mlp)), float(embed + vis)
 
 
 def safetensors_bytes(model_dir: Path) -> int | None:
@@ -219,10 +220,13 @@ def plan(
         weights = on_disk / GB
         source = f"safetensors files: {on_disk:,} bytes"
     elif shape.params:
-        weights = shape.params * shape.weight_dtype_bytes / GB
+        layer_params, other_params = shape.params
+        other_bytes = 2 if shape.quantization else shape.weight_dtype_bytes
+        weights = (layer_params * shape.weight_dtype_bytes + other_params * other_bytes) / GB
         source = (
-            f"{shape.params / 1e9:.1f} B parameters × {shape.weight_dtype_bytes:.3f} bytes "
-            f"({shape.quantization or 'unquantized'})"
+            f"{layer_params / 1e9:.1f} B layer parameters × {shape.weight_dtype_bytes:.3f} bytes "
+            f"({shape.quantization or 'unquantized'}) + {other_params / 1e9:.2f} B embedding and "
+            f"vision parameters × {other_bytes:g} bytes"
         )
     else:
         raise ValueError("cannot size the weights: no safetensors files and no shapes in config")

@@ -126,6 +126,16 @@ class Settings(BaseSettings):
     vllm_startup_timeout_s: float = Field(
         900.0, description="Time allowed from spawning the server to a healthy warm engine."
     )
+    hf_home: str | None = Field(
+        None,
+        description="Hugging Face home; the image bakes the weights into its cache here "
+        "(`/models/hf`) with a record of what was baked (`baked-model.json`).",
+    )
+    hf_hub_offline: bool = Field(
+        True,
+        description="Never contact the Hugging Face hub at run time: weights are baked into the "
+        "image or MODEL_NAME is a local directory.",
+    )
     openai_base_url: str | None = Field(
         None, description="Base URL of an external OpenAI-compatible server (`ENGINE=openai`)."
     )
@@ -174,5 +184,41 @@ def markdown_table() -> str:
     return "\n".join(lines)
 
 
+def hub_env() -> list[dict[str, object]]:
+    """The `config.env` entries of `.runpod/hub.json`, one per setting."""
+    entries: list[dict[str, object]] = []
+    for name, field in Settings.model_fields.items():
+        kind = field.annotation
+        text = str(kind)
+        if kind is bool:
+            hub_type = "boolean"
+        elif kind in (int, float):
+            hub_type = "number"
+        else:
+            hub_type = "string"
+        spec: dict[str, object] = {
+            "name": name.replace("_", " ").title().replace("Vllm", "vLLM").replace("Gpu", "GPU"),
+            "type": hub_type,
+            "description": (field.description or "").replace("`", ""),
+        }
+        default = field.default
+        if default is not None:
+            spec["default"] = (
+                default.value
+                if isinstance(default, StrEnum)
+                else (str(default) if isinstance(default, Path) else default)
+            )
+        if "EngineKind" in text:
+            spec["options"] = [{"label": k.value, "value": k.value} for k in EngineKind]
+        entries.append({"key": env_name(name), "input": spec})
+    return entries
+
+
 if __name__ == "__main__":
-    print(markdown_table())
+    import json
+    import sys
+
+    if sys.argv[1:] == ["--hub-env"]:
+        print(json.dumps(hub_env(), ensure_ascii=False, indent=2))
+    else:
+        print(markdown_table())

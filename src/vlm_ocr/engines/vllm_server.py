@@ -20,6 +20,7 @@ import shutil
 import signal
 import subprocess
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -29,6 +30,7 @@ from ..settings import Settings
 
 log = logging.getLogger(__name__)
 
+NETWORK_VOLUME = Path("/runpod-volume")  # where RunPod mounts a serverless network volume
 HEALTH_INTERVAL_S = 10.0
 HEALTH_FAILURES_FATAL = 3  # consecutive failed health checks before the server is given up
 LOG_TAIL_LINES = 60
@@ -126,7 +128,7 @@ class VllmServer:
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
-            env=os.environ | {"PYTHONUNBUFFERED": "1"},
+            env=self.child_env(),
             start_new_session=True,  # so stop() can end its whole process group
         )
         self._tasks.append(asyncio.create_task(self._read_log()))
@@ -152,6 +154,19 @@ class VllmServer:
                 self.facts["vllm_version"] = version.get("version")
         self._tasks.append(asyncio.create_task(self._watch()))
         return time.perf_counter() - t0
+
+    def child_env(self) -> dict[str, str]:
+        """The server's environment: ours, the hub settings, and a compile cache on the network
+        volume when one is mounted, so the next cold start reuses the kernels this one compiled."""
+        env = dict(os.environ) | {
+            "PYTHONUNBUFFERED": "1",
+            "HF_HUB_OFFLINE": "1" if self.settings.hf_hub_offline else "0",
+        }
+        if self.settings.hf_home:
+            env["HF_HOME"] = self.settings.hf_home
+        if "VLLM_CACHE_ROOT" not in env and NETWORK_VOLUME.is_dir():
+            env["VLLM_CACHE_ROOT"] = str(NETWORK_VOLUME / "vllm-cache")
+        return env
 
     async def _read_log(self) -> None:
         assert self.proc is not None and self.proc.stdout is not None

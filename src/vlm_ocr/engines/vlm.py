@@ -8,8 +8,10 @@ a page that stops by length or repetition with a rising temperature.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
 from ..errors import EngineError
@@ -25,6 +27,18 @@ log = logging.getLogger(__name__)
 # Greedy first; then olmOCR's ladder, so a looping page gets out of its loop.
 TEMPERATURES = (0.0, 0.1, 0.1, 0.2, 0.3, 0.5, 0.8)
 RETRY_REASONS = {"length", "repetition"}
+
+
+def baked_record(settings: Settings) -> dict[str, Any] | None:
+    """What the image build baked (builder/download_model.py), without the file list."""
+    if not settings.hf_home:
+        return None
+    path = Path(settings.hf_home) / "baked-model.json"
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return {k: doc.get(k) for k in ("repo", "revision", "resolved_commit", "bytes", "baked_at")}
 
 
 class VlmEngine:
@@ -81,6 +95,10 @@ class VlmEngine:
             details |= facts
             details["argv"] = self.server.argv[1:]
         details["kv_cache_dtype"] = self.settings.kv_cache_dtype
+        baked = baked_record(self.settings)
+        if baked is not None:
+            details["baked"] = baked
+            self.facts.revision = self.facts.revision or baked.get("resolved_commit")
         self.facts.details = details
 
     async def _ask(

@@ -1,0 +1,166 @@
+"""The image and its release files agree with the code: settings, Hub files, Dockerfile, builder."""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from vlm_ocr.schema import JobInput
+from vlm_ocr.settings import Settings, hub_env, settings_table
+
+from .engine_support import engine_python
+
+ROOT = Path(__file__).resolve().parents[1]
+DOWNLOAD = ROOT / "builder" / "download_model.py"
+
+
+def test_hub_json_lists_every_setting_with_its_default_and_nothing_else() -> None:
+    hub = json.loads((ROOT / ".runpod/hub.json").read_text())
+    assert hub["type"] == "serverless" and hub["config"]["runsOn"] == "GPU"
+    assert hub["config"]["containerDiskInGb"] >= 40 and hub["config"]["gpuCount"] >= 1
+    listed = {e["key"]: e["input"] for e in hub["config"]["env"]}
+    declared = {name: default for name, default, _ in settings_table()}
+    assert list(listed) == list(declared)
+    for entry in hub_env():
+        spec = listed[entry["key"]]
+        assert spec.get("default") == entry["input"].get("default"), entry["key"]
+        assert spec["type"] in {"string", "number", "boolean"} and spec["description"]
+    for preset in hub["config"]["presets"]:
+        assert set(preset["defaults"]) <= set(declared)
+
+
+def test_every_test_input_validates_against_the_job_schema() -> None:
+    tests = json.loads((ROOT / ".runpod/tests.json").read_text())
+    assert tests["tests"]
+    for case in tests["tests"]:
+        JobInput.parse(case["input"])
+        assert case["timeout"] > 0
+    JobInput.parse(json.loads((ROOT / "test_input.json").read_text())["input"])
+
+
+def test_dockerfile_env_names_are_declared_settings() -> None:
+    text = (ROOT / "Dockerfile").read_text().replace("\\\n", " ")
+    names = set()
+    for line in text.splitlines():
+        if line.startswith("ENV "):
+            names |= set(re.findall(r"([A-Z][A-Z0-9_]*)=", line))
+    declared = {name for name, _, _ in settings_table()}
+    assert names and names <= declared, names - declared
+    assert {"VLLM_PYTHON", "GDN_PREFILL_BACKEND", "KV_CACHE_DTYPE", "HF_HUB_OFFLINE"} <= names
+    assert "FROM vllm/vllm-openai:${VLLM_VERSION}" in text and "ARG VLLM_VERSION=v0.32.0" in text
+    # the token is a build secret, never a build argument
+    assert "--mount=type=secret,id=hf_token" in text and "ARG HF_TOKEN" not in text
+    # the code comes after the weights, so a code change does not rebuild them
+    assert text.index("RUN --mount=type=secret") < text.index("COPY src")
+
+
+def test_image_defaults_match_the_default_model() -> None:
+    text = (ROOT / "Dockerfile").read_text()
+    assert f"ARG MODEL_NAME={Settings.model_fields['model_name'].default}" in text
+
+
+# --- builder/download_model.py --------------------------------------------------------------
+
+
+def write_safetensors(path: Path, floats: int) -> None:
+    header = json.dumps({"w": {"dtype": "F32", "shape": [floats], "data_offsets": [0, 4 * floats]}})
+    raw = header.encode()
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + b"\0" * (4 * floats))
+
+
+def make_snapshot(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({"model_type": "qwen3_vl"}))
+    (folder / "tokenizer.json").write_text("{}")
+    write_safetensors(folder / "model-00001-of-00002.safetensors", 1000)
+    write_safetensors(folder / "model-00002-of-00002.safetensors", 500)
+    index = {
+        "metadata": {"total_size": 6000},
+        "weight_map": {
+            "a": "model-00001-of-00002.safetensors",
+            "b": "model-00002-of-00002.safetensors",
+        },
+    }
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    return folder
+
+
+def bake(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(engine_python()), str(DOWNLOAD), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+
+
+def test_complete_snapshot_from_the_hub_cache_is_baked_and_recorded(tmp_path: Path) -> None:
+    """The real snapshot_download, offline, against a cache laid out as the hub lays it out."""
+    import os
+
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "hub" / "models--acme--tiny-vl"
+    make_snapshot(repo / "snapshots" / commit)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    record = tmp_path / "baked-model.json"
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    proc = bake(
+        "--model",
+        "acme/tiny-vl",
+        "--cache-dir",
+        str(tmp_path / "hub"),
+        "--token-file",
+        str(tmp_path / "no-token"),
+        "--record",
+        str(record),
+        env=env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "2 weight files" in proc.stdout
+    doc = json.loads(record.read_text())
+    assert doc["repo"] == "acme/tiny-vl" and doc["resolved_commit"] == commit
+    assert (
+        doc["files"]["model-00002-of-00002.safetensors"]
+        == 8
+        + len(json.dumps({"w": {"dtype": "F32", "shape": [500], "data_offsets": [0, 2000]}}))
+        + 2000
+    )
+    assert doc["bytes"] == sum(doc["files"].values())
+
+
+@pytest.mark.parametrize(
+    ("damage", "says"),
+    [
+        (
+            lambda d: (d / "model-00002-of-00002.safetensors").unlink(),
+            "model-00002-of-00002.safetensors: listed in the index but missing",
+        ),
+        (
+            lambda d: (d / "model-00001-of-00002.safetensors").write_bytes(
+                (d / "model-00001-of-00002.safetensors").read_bytes()[:-100]
+            ),
+            "model-00001-of-00002.safetensors: 3,975 bytes, its header says 4,075",
+        ),
+        (
+            lambda d: (d / "model-00002-of-00002.safetensors").write_bytes(b"\x01\x02"),
+            "model-00002-of-00002.safetensors: shorter than a safetensors header",
+        ),
+    ],
+)
+def test_missing_or_truncated_shard_fails_naming_the_file(
+    tmp_path: Path, damage, says: str
+) -> None:
+    folder = make_snapshot(tmp_path / "model")
+    damage(folder)
+    record = tmp_path / "baked-model.json"
+    proc = bake("--model", str(folder), "--record", str(record))
+    assert proc.returncode == 1
+    assert says in proc.stderr, proc.stderr
+    assert not record.exists()

@@ -5,9 +5,14 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
-from collections.abc import Iterator
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from PIL import Image
 
@@ -17,8 +22,10 @@ from vlm_ocr.render import Budget
 from vlm_ocr.runtime import WorkerLoop
 from vlm_ocr.settings import Settings
 from vlm_ocr.storage import LocalStore
+from vlm_ocr.textsim import similarity
 from vlm_ocr.worker import Worker, warmup_page
 
+ROOT = Path(__file__).resolve().parents[1]
 # Small pages keep the CPU engine quick; text at this budget still reads cleanly.
 TEST_PIXELS = 700_000
 
@@ -83,6 +90,60 @@ def run_job(loop: WorkerLoop, worker: Worker, job: dict, job_id: str = "job-1") 
 @pytest.fixture
 def run(loop: WorkerLoop, worker: Worker):
     return lambda job, job_id="job-1": run_job(loop, worker, job, job_id)
+
+
+def pdf_job(pages: list[list[str]], prefix: str) -> dict:
+    return {"pdf": {"base64": b64(samples.pdf_from_pages(pages))}, "output_prefix": prefix}
+
+
+def run_sixteen_jobs(
+    loop: WorkerLoop, worker: Worker, prefix: str, read: Callable[[str], str]
+) -> None:
+    """16 two-page jobs at once on one worker; every stored page must hold its own page's text
+    (each page carries a code unique across all jobs, so a mix-up between jobs shows too)."""
+    docs = {j: samples.numbered_pages(2, lines=2) for j in range(16)}
+    for j, pages in docs.items():
+        for n, page in enumerate(pages):
+            page.insert(0, f"Job {j} sheet {n + 1} code {j * 1000 + n * 17 + 4242}")
+    jobs = [worker.run(f"job-{j}", pdf_job(pages, f"{prefix}/{j}")) for j, pages in docs.items()]
+    for j, result in enumerate(gather(loop, jobs)):
+        assert result["status"] == "ok", result.get("error")
+        for page, truth in zip(result["pages"], docs[j], strict=True):
+            text = read(page["key"])
+            assert similarity(text, samples.page_text(truth)) >= 0.9, (j, text)
+
+
+def wait_for_http(url: str, proc: subprocess.Popen, timeout_s: float) -> None:
+    """Until `url` answers, failing early if the server process exits."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the server exited with code {proc.returncode}")
+        try:
+            httpx.get(url, timeout=1)
+            return
+        except httpx.HTTPError:
+            time.sleep(0.5)
+    raise TimeoutError(f"{url} did not answer within {timeout_s:g} s")
+
+
+def serve_api(env: dict[str, str], port: int, **popen: object) -> subprocess.Popen:
+    """`handler.py --rp_serve_api` (the RunPod SDK's local API server) on a loopback port."""
+    argv = [
+        "handler.py",
+        "--rp_serve_api",
+        "--rp_api_host",
+        "127.0.0.1",
+        "--rp_api_port",
+        str(port),
+    ]
+    return subprocess.Popen([sys.executable, *argv], cwd=ROOT, env=env, **popen)  # type: ignore[call-overload]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def gather(loop: WorkerLoop, coros: list) -> list:

@@ -6,7 +6,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -18,9 +17,8 @@ from vlm_ocr.app import start_worker
 from vlm_ocr.plan import image_tokens
 from vlm_ocr.settings import EngineKind, Settings
 
-from .conftest import b64, page_image, png_bytes
-from .engine_support import ROOT, SERVER_PIXELS, engine_env, make_tiny_model
-from .test_handler import free_port
+from .conftest import b64, free_port, page_image, png_bytes, serve_api, wait_for_http
+from .engine_support import SERVER_PIXELS, engine_env, make_tiny_model
 
 pytestmark = pytest.mark.engine
 
@@ -144,32 +142,10 @@ def test_killing_the_server_mid_job_fails_fast_and_exits(tiny_model: Path, tmp_p
         OUTPUT_DIR=str(tmp_path / "out"),
         RUNPOD_LOG_LEVEL="ERROR",
     )
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "handler.py",
-            "--rp_serve_api",
-            "--rp_api_host",
-            "127.0.0.1",
-            "--rp_api_port",
-            str(api_port),
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    proc = serve_api(env, api_port, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{api_port}"
     try:
-        deadline = time.monotonic() + 400
-        while time.monotonic() < deadline:
-            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
-            try:
-                httpx.get(url + "/docs", timeout=1)
-                break
-            except httpx.HTTPError:
-                time.sleep(1)
+        wait_for_http(url + "/docs", proc, timeout_s=400)
         engine_pid = int(
             subprocess.run(
                 ["pgrep", "-f", f"api_server.*--port {engine_port}"], capture_output=True, text=True

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -16,9 +14,7 @@ import pytest
 from vlm_ocr import samples
 from vlm_ocr.textsim import similarity
 
-from .conftest import b64
-
-ROOT = Path(__file__).resolve().parents[1]
+from .conftest import ROOT, b64, free_port, serve_api, wait_for_http
 
 
 def handler_env(tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -61,44 +57,13 @@ def test_bad_test_input_exits_non_zero_with_field(tmp_path: Path) -> None:
     assert "input.pdf.base64: the PDF is corrupt or truncated" in proc.stdout + proc.stderr
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def api_server(tmp_path_factory: pytest.TempPathFactory):
     tmp = tmp_path_factory.mktemp("api")
     port = free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "handler.py",
-            "--rp_serve_api",
-            "--rp_api_host",
-            "127.0.0.1",
-            "--rp_api_port",
-            str(port),
-            "--rp_api_concurrency",
-            "1",
-        ],
-        cwd=ROOT,
-        env=handler_env(tmp),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(proc.stderr.read().decode()[-3000:] if proc.stderr else "exited")
-        try:
-            httpx.get(url + "/docs", timeout=1)
-            break
-        except httpx.HTTPError:
-            time.sleep(0.5)
-    yield url, tmp / "out"
+    proc = serve_api(handler_env(tmp), port, stdout=subprocess.DEVNULL)
+    wait_for_http(f"http://127.0.0.1:{port}/docs", proc, timeout_s=120)
+    yield f"http://127.0.0.1:{port}", tmp / "out"
     proc.terminate()
     proc.wait(timeout=30)
 

@@ -13,7 +13,7 @@ from vlm_ocr.storage import LocalStore
 from vlm_ocr.textsim import similarity
 from vlm_ocr.worker import Worker
 
-from .conftest import b64, gather, page_image, png_bytes
+from .conftest import b64, page_image, png_bytes, run_sixteen_jobs
 
 
 def stored_text(settings: Settings, key: str) -> str:
@@ -123,23 +123,4 @@ def test_sixteen_concurrent_jobs_never_cross(loop, cpu_engine, tmp_path: Path) -
     async def build() -> Worker:
         return Worker(settings, cpu_engine, LocalStore(settings.output_dir))
 
-    worker = loop.run(build())
-    docs = {j: samples.numbered_pages(2, lines=3) for j in range(16)}
-    for j, pages in docs.items():  # make every job's pages unique across jobs too
-        for n, page in enumerate(pages):
-            page.insert(0, f"Job {j} sheet {n + 1} code {j * 1000 + n * 17 + 4242}")
-    results = gather(
-        loop,
-        [
-            worker.run(
-                f"job-{j}",
-                {"pdf": {"base64": b64(samples.pdf_from_pages(pages))}, "output_prefix": f"c/{j}"},
-            )
-            for j, pages in docs.items()
-        ],
-    )
-    for j, result in enumerate(results):
-        assert result["status"] == "ok", result.get("error")
-        for page, truth in zip(result["pages"], docs[j], strict=True):
-            text = stored_text(settings, page["key"])
-            assert similarity(text, samples.page_text(truth)) >= 0.9, (j, text)
+    run_sixteen_jobs(loop, loop.run(build()), "c", lambda key: stored_text(settings, key))

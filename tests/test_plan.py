@@ -48,32 +48,25 @@ HYBRID = {
 }
 
 
+def plan_for(cfg: dict, **overrides: object):
+    args: dict[str, object] = {
+        "model_dir": None,
+        "gpu_memory_gb": 80,
+        "kv_cache_dtype": "auto",
+        "page_size": (911, 1288),
+        "max_pixels": 1_600_000,
+        "max_tokens": 4096,
+        "max_model_len": 8192,
+        "gpu_memory_utilization": 0.9,
+        "tensor_parallel_size": 1,
+    }
+    return plan(cfg, **(args | overrides))  # type: ignore[arg-type]
+
+
 def test_dense_kv_bytes_per_token_matches_hand_calculation() -> None:
-    p = plan(
-        DENSE,
-        model_dir=None,
-        gpu_memory_gb=80,
-        kv_cache_dtype="auto",
-        page_size=(911, 1288),
-        max_pixels=1_600_000,
-        max_tokens=4096,
-        max_model_len=8192,
-        gpu_memory_utilization=0.9,
-        tensor_parallel_size=1,
-    )
+    p = plan_for(DENSE)
     assert p.kv_bytes_per_token == 2 * 64 * 8 * 128 * 2 == 262_144
-    fp8 = plan(
-        DENSE,
-        model_dir=None,
-        gpu_memory_gb=80,
-        kv_cache_dtype="fp8",
-        page_size=(911, 1288),
-        max_pixels=1_600_000,
-        max_tokens=4096,
-        max_model_len=8192,
-        gpu_memory_utilization=0.9,
-        tensor_parallel_size=1,
-    )
+    fp8 = plan_for(DENSE, kv_cache_dtype="fp8")
     assert fp8.kv_bytes_per_token == 131_072 and fp8.pages_at_once >= 2 * p.pages_at_once - 1
     assert p.image_tokens == 1120 and p.page_tokens == 1120 + 150 + 4096
     # the arithmetic is shown and adds up
@@ -84,18 +77,7 @@ def test_dense_kv_bytes_per_token_matches_hand_calculation() -> None:
 def test_hybrid_counts_only_full_attention_layers_plus_recurrent_state() -> None:
     shape = read_shape(HYBRID)
     assert shape.full_attention_layers == 10 and shape.layers == 40
-    p = plan(
-        HYBRID,
-        model_dir=None,
-        gpu_memory_gb=141,
-        kv_cache_dtype="auto",
-        page_size=(911, 1288),
-        max_pixels=1_600_000,
-        max_tokens=1024,
-        max_model_len=8192,
-        gpu_memory_utilization=0.9,
-        tensor_parallel_size=1,
-    )
+    p = plan_for(HYBRID, gpu_memory_gb=141, max_tokens=1024)
     assert p.kv_bytes_per_token == 2 * 10 * 2 * 256 * 2  # a quarter of the all-attention figure
     state = 30 * (32 * 128 * 128 * 4 + (2 * 16 * 128 + 32 * 128) * 3 * 2)
     assert shape.linear_state_bytes == state
@@ -122,32 +104,11 @@ def test_weights_from_safetensors_when_present(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps(DENSE))
     (tmp_path / "model-00001-of-00002.safetensors").write_bytes(b"\0" * 1000)
     (tmp_path / "model-00002-of-00002.safetensors").write_bytes(b"\0" * 500)
-    p = plan(
-        DENSE,
-        model_dir=tmp_path,
-        gpu_memory_gb=24,
-        kv_cache_dtype="fp8",
-        page_size=(911, 1288),
-        max_pixels=1_600_000,
-        max_tokens=4096,
-        max_model_len=8192,
-        gpu_memory_utilization=0.9,
-        tensor_parallel_size=1,
-    )
+    p = plan_for(DENSE, model_dir=tmp_path, gpu_memory_gb=24)
     assert p.weights_source == "safetensors files: 1,500 bytes"
-    estimated = plan(
-        DENSE,
-        model_dir=None,
-        gpu_memory_gb=80,
-        kv_cache_dtype="fp8",
-        page_size=(911, 1288),
-        max_pixels=1_600_000,
-        max_tokens=4096,
-        max_model_len=8192,
-        gpu_memory_utilization=0.9,
-        tensor_parallel_size=1,
-    )
-    assert 15 < estimated.weights_gb < 25  # ~33 B parameters at ~4.25 bits
+    estimated = plan_for(DENSE)
+    # 31 B layer parameters at ~4.1 bits plus 2 B embedding and vision parameters at 16 bits
+    assert 18 < estimated.weights_gb < 22
 
 
 def test_cli_json_and_table(tmp_path: Path) -> None:

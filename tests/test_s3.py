@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,9 +21,17 @@ from vlm_ocr.storage import S3Store
 from vlm_ocr.textsim import similarity
 from vlm_ocr.worker import Worker
 
-from .conftest import TEST_PIXELS, b64, gather, page_image, png_bytes
+from .conftest import (
+    TEST_PIXELS,
+    b64,
+    free_port,
+    page_image,
+    pdf_job,
+    png_bytes,
+    run_sixteen_jobs,
+    wait_for_http,
+)
 from .faultproxy import FaultProxy
-from .test_handler import free_port
 
 
 @pytest.fixture(scope="session")
@@ -98,6 +105,11 @@ def make_worker(loop, cpu_engine):
         return loop.run(build()), engine
 
     return make
+
+
+def proxy_for(endpoint: str) -> FaultProxy:
+    host, port = endpoint.removeprefix("http://").split(":")
+    return FaultProxy((host, int(port)))
 
 
 def client(endpoint: str) -> Any:
@@ -205,7 +217,7 @@ def test_rerun_reuses_pages_and_changed_prompt_recognizes_again(
 
 
 def test_retries_ride_out_500s_and_stalls(loop, make_worker, s3_endpoint: str, bucket: str) -> None:
-    proxy = FaultProxy(tuple(s3_endpoint.removeprefix("http://").split(":")))  # type: ignore[arg-type]
+    proxy = proxy_for(s3_endpoint)
     failures = {"page-0001.md": 2, "page-0002.md": 1}
 
     def rule(method: str, path: str):
@@ -218,11 +230,7 @@ def test_retries_ride_out_500s_and_stalls(loop, make_worker, s3_endpoint: str, b
     proxy.rule = rule
     try:
         worker, _ = make_worker(bucket_settings(proxy.url, bucket))
-        job = {
-            "pdf": {"base64": b64(samples.pdf_from_pages(samples.numbered_pages(2, lines=2)))},
-            "output_prefix": "flaky",
-        }
-        result = loop.run(worker.run("f1", job))
+        result = loop.run(worker.run("f1", pdf_job(samples.numbered_pages(2, lines=2), "flaky")))
     finally:
         proxy.close()
     assert result["status"] == "ok", result.get("error")
@@ -235,18 +243,14 @@ def test_retries_ride_out_500s_and_stalls(loop, make_worker, s3_endpoint: str, b
 def test_bucket_failing_past_retries_says_what_is_stored(
     loop, make_worker, s3_endpoint: str, bucket: str
 ) -> None:
-    proxy = FaultProxy(tuple(s3_endpoint.removeprefix("http://").split(":")))  # type: ignore[arg-type]
+    proxy = proxy_for(s3_endpoint)
     proxy.rule = lambda m, p: ("status", 500) if m == "PUT" and p.endswith("page-0003.md") else None
     try:
         settings = bucket_settings(
             proxy.url, bucket, bucket_max_attempts=2, job_max_concurrent_pages=1
         )
         worker, _ = make_worker(settings)
-        job = {
-            "pdf": {"base64": b64(samples.pdf_from_pages(samples.numbered_pages(4, lines=2)))},
-            "output_prefix": "broken",
-        }
-        result = loop.run(worker.run("b1", job))
+        result = loop.run(worker.run("b1", pdf_job(samples.numbered_pages(4, lines=2), "broken")))
     finally:
         proxy.close()
     assert result["status"] == "partial"
@@ -280,12 +284,7 @@ def auth_s3(tmp_path: Path) -> Iterator[str]:
         stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}"
-    for _ in range(100):
-        try:
-            httpx.get(url, timeout=0.5)
-            break
-        except httpx.HTTPError:
-            time.sleep(0.1)
+    wait_for_http(url, proc, timeout_s=30)
     yield url
     proc.terminate()
     proc.wait(timeout=10)
@@ -306,22 +305,4 @@ def test_sixteen_jobs_at_once_into_one_bucket(
     loop, make_worker, s3_endpoint: str, bucket: str
 ) -> None:
     worker, _ = make_worker(bucket_settings(s3_endpoint, bucket, max_pixels=450_000))
-    docs = {j: samples.numbered_pages(2, lines=2) for j in range(16)}
-    for j, pages in docs.items():
-        for n, page in enumerate(pages):
-            page.insert(0, f"Job {j} sheet {n + 1} code {j * 1000 + n * 17 + 4242}")
-    results = gather(
-        loop,
-        [
-            worker.run(
-                f"m{j}",
-                {"pdf": {"base64": b64(samples.pdf_from_pages(p))}, "output_prefix": f"many/{j}"},
-            )
-            for j, p in docs.items()
-        ],
-    )
-    for j, result in enumerate(results):
-        assert result["status"] == "ok", result.get("error")
-        for page, truth in zip(result["pages"], docs[j], strict=True):
-            text = get_text(s3_endpoint, bucket, page["key"])[0]
-            assert similarity(text, samples.page_text(truth)) >= 0.9, (j, text)
+    run_sixteen_jobs(loop, worker, "many", lambda key: get_text(s3_endpoint, bucket, key)[0])

@@ -126,7 +126,10 @@ class LocalStore:
         )
 
     async def read_text(self, key: str) -> str:
-        return self._path(key).read_text(encoding="utf-8")
+        try:
+            return self._path(key).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise StorageError(f"cannot read {key} under {self.root}: {exc}") from None
 
     async def presign(self, key: str) -> str | None:
         return None

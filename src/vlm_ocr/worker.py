@@ -182,6 +182,9 @@ class Worker:
                 await self._recognize_and_store(image, report, st)
         except PageError as exc:
             report.error, report.error_stage = exc.message, exc.stage
+        except Exception as exc:  # a bug must fail this page, not the job's other pages
+            log.exception("page %s failed unexpectedly", ref.number)
+            report.error, report.error_stage = f"unexpected error: {exc!r}", "internal"
         report.timings["total_s"] = round(time.perf_counter() - t0, 4)
         st.done += 1
         if st.progress is not None:
@@ -204,17 +207,17 @@ class Worker:
         key = st.keys.page(report.page)
         try:
             meta = await self.store.head(key)
+            if not meta or meta.get("image-sha256") != report.image_sha256:
+                return False
+            if meta.get("fingerprint") != st.fingerprint_id:
+                return False
+            if st.job.return_text:
+                report.text = await self.store.read_text(key)
         except StorageError as exc:
             st.storage_error = str(exc)
             raise PageError("store", str(exc)) from None
-        if not meta or meta.get("image-sha256") != report.image_sha256:
-            return False
-        if meta.get("fingerprint") != st.fingerprint_id:
-            return False
         report.status, report.key, report.reused = "ok", key, True
         report.chars = int(meta.get("chars", 0))
-        if st.job.return_text:
-            report.text = await self.store.read_text(key)
         st.stored.append(report.page)
         return True
 
@@ -300,10 +303,9 @@ class Worker:
                 f"Stored pages: {_ranges(stored) or 'none'}; not stored: {_ranges(not_stored)}"
                 + ("" if manifest_error is None else "; the manifest was not written")
             )
-        if st.engine_error:
-            problems.append(
-                f"the engine failed and this worker will be replaced: {st.engine_error}"
-            )
+        engine_error = st.engine_error or self.engine.failure
+        if engine_error:
+            problems.append(f"the engine failed and this worker will be replaced: {engine_error}")
             out["refresh_worker"] = True
         if report.status == "failed" and not problems:
             problems.append("no page could be processed: " + "; ".join(report.errors[:5]))

@@ -124,3 +124,63 @@ def test_sixteen_concurrent_jobs_never_cross(loop, cpu_engine, tmp_path: Path) -
         return Worker(settings, cpu_engine, LocalStore(settings.output_dir))
 
     run_sixteen_jobs(loop, loop.run(build()), "c", lambda key: stored_text(settings, key))
+
+
+def test_bad_urls_and_truncated_images_fail_only_their_pages(
+    loop, cpu_engine, tmp_path: Path
+) -> None:
+    from .httpserver import LoopbackServer
+
+    settings = Settings(
+        output_dir=tmp_path / "out",
+        max_pixels=700_000,
+        allow_private_urls=True,
+        max_download_bytes=3_000_000,
+        download_timeout_s=1.0,
+    )
+
+    async def build() -> Worker:
+        return Worker(settings, cpu_engine, LocalStore(settings.output_dir))
+
+    worker = loop.run(build())
+    good = png_bytes(page_image(["Served over HTTP, this page is good."]))
+    server = LoopbackServer()
+    server.body("/good.png", good)
+    server.body("/huge.png", b"\x89PNG" + b"0" * 3_100_000)
+    server.body("/slow.png", good, delay=3)
+    try:
+        images = [
+            {"url": server.url + "/good.png"},
+            {"url": server.url + "/huge.png"},
+            {"url": server.url + "/slow.png"},
+            {"base64": b64(good[: len(good) // 2])},
+            {"url": "ftp://example.com/page.png"},
+        ]
+        result = loop.run(worker.run("urls", {"images": images, "output_prefix": "urls"}))
+    finally:
+        server.close()
+    first, *bad = result["pages"]
+    assert first["status"] == "ok"
+    assert (
+        similarity(stored_text(settings, first["key"]), "Served over HTTP, this page is good.")
+        >= 0.9
+    )
+    errors = [p["error"] for p in bad]
+    assert "input.images[1].url: the file is over the 3 MB limit" in errors[0]
+    assert "input.images[2].url: download did not finish within 1 s" in errors[1]
+    assert "input.images[3]: the image is corrupt or truncated" in errors[2]
+    assert "input.images[4].url: 'ftp://example.com/page.png' is not an https URL" in errors[3]
+    assert [p["page"] for p in bad] == [2, 3, 4, 5]
+
+
+def test_encrypted_or_empty_pdf_fails_the_job_naming_the_field(run) -> None:
+    from .test_render import _encrypted_pdf, _pdf_with_zero_pages
+
+    encrypted = run({"pdf": {"base64": b64(_encrypted_pdf())}})
+    assert encrypted == {
+        "error": "input.pdf.base64: the PDF is encrypted with a password; send an unencrypted copy"
+    }
+    empty = run({"pdf": {"base64": b64(_pdf_with_zero_pages())}})
+    assert empty == {"error": "input.pdf.base64: the PDF has no pages"}
+    beyond = run({"pdf": {"base64": b64(samples.pdf_from_pages([["one"]]))}, "pages": "4-6"})
+    assert beyond["error"].startswith("input.pages: '4-6' selects no page of this document")

@@ -103,18 +103,17 @@ async def _load_pdf(job: JobInput, budget: Budget, limits: Limits, store: Store)
         pdf = await asyncio.to_thread(open_pdf, data)
     except ValueError as exc:
         raise InputError(f"input.pdf.{job.pdf.kind}", str(exc)) from None
-    label = job.pdf.label()
+    label, count = job.pdf.label(), pdf.page_count
     try:
-        chosen, missing = select_pages(job.pages, pdf.page_count, limits.max_pages)
+        chosen, missing = select_pages(job.pages, count, limits.max_pages)
+        if not chosen:
+            raise InputError(
+                "input.pages",
+                f"{job.pages!r} selects no page of this document, which has {count} pages",
+            )
     except InputError:
         pdf.close()
         raise
-    if not chosen:
-        pdf.close()
-        raise InputError(
-            "input.pages",
-            f"{job.pages!r} selects no page of this document, which has {pdf.page_count} pages",
-        )
     pages = [PageRef(n, label, render=partial(pdf.render, n, budget)) for n in chosen]
     pages += [
         PageRef(
@@ -122,7 +121,7 @@ async def _load_pdf(job: JobInput, budget: Budget, limits: Limits, store: Store)
             label,
             error=PageError(
                 "select",
-                f"input.pages: page {n} does not exist; the document has {pdf.page_count} pages",
+                f"input.pages: page {n} does not exist; the document has {count} pages",
             ),
         )
         for n in missing

@@ -8,7 +8,8 @@ import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-# rule(method, path) -> None (forward), ("status", code) or ("stall", seconds)
+# rule(method, path) -> None (forward), ("status", code), ("stall", seconds): no answer,
+# or ("delay", seconds): forward after a pause
 Rule = Callable[[str, str], tuple[str, float] | None]
 ERROR_CODES = {500: "InternalError", 503: "SlowDown", 403: "AccessDenied"}
 
@@ -17,6 +18,7 @@ class FaultProxy:
     def __init__(self, upstream: tuple[str, int]) -> None:
         self.rule: Rule = lambda method, path: None
         self.seen: list[tuple[str, str, str]] = []  # (method, path, outcome)
+        self.times: list[tuple[str, str, float]] = []  # (method, path, when forwarded)
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -43,7 +45,10 @@ class FaultProxy:
                     self.end_headers()
                     self.wfile.write(payload if self.command != "HEAD" else b"")
                     return
+                if action and action[0] == "delay":
+                    time.sleep(action[1])
                 proxy.seen.append((self.command, self.path, "pass"))
+                proxy.times.append((self.command, self.path, time.monotonic()))
                 conn = http.client.HTTPConnection(*upstream, timeout=30)
                 headers = {k: v for k, v in self.headers.items() if k.lower() != "connection"}
                 conn.request(self.command, self.path, body=body, headers=headers)

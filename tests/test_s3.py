@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -77,11 +78,12 @@ class CountingEngine:
     engine has (the CPU engine ignores prompts, so it leaves them out)."""
 
     def __init__(self, inner: Any) -> None:
-        self.inner, self.calls = inner, 0
+        self.inner, self.calls, self.started = inner, 0, []
         self.facts, self.default_concurrency, self.failure = inner.facts, 1, None
 
     async def recognize(self, page: Any, prompt: Prompt) -> Any:
         self.calls += 1
+        self.started.append(time.monotonic())
         return await self.inner.recognize(page, prompt)
 
     def fingerprint(self, prompt: Prompt) -> dict[str, Any]:
@@ -306,3 +308,19 @@ def test_sixteen_jobs_at_once_into_one_bucket(
 ) -> None:
     worker, _ = make_worker(bucket_settings(s3_endpoint, bucket, max_pixels=450_000))
     run_sixteen_jobs(loop, worker, "many", lambda key: get_text(s3_endpoint, bucket, key)[0])
+
+
+def test_uploads_overlap_recognition(loop, make_worker, s3_endpoint: str, bucket: str) -> None:
+    """A slow upload of page 1 does not hold up the recognition of pages 2 and 3."""
+    proxy = proxy_for(s3_endpoint)
+    proxy.rule = lambda m, p: ("delay", 3.0) if m == "PUT" and p.endswith("page-0001.md") else None
+    try:
+        worker, engine = make_worker(bucket_settings(proxy.url, bucket, bucket_read_timeout_s=10))
+        t0 = time.monotonic()
+        job = pdf_job(samples.numbered_pages(3, lines=2), "overlap")
+        result = loop.run(worker.run("o1", job))
+    finally:
+        proxy.close()
+    assert result["status"] == "ok", result.get("error")
+    page1_stored = next(t for m, p, t in proxy.times if m == "PUT" and p.endswith("page-0001.md"))
+    assert t0 < engine.started[0] < engine.started[2] < page1_stored, "pages 2-3 waited for page 1"

@@ -83,10 +83,12 @@ def _with_loopback_s3(settings: Settings) -> Settings:
 
 
 async def run_bench(worker: Any, *, pages: int, jobs: int) -> dict[str, Any]:
-    pdf = base64.b64encode(samples.pdf_from_pages(samples.numbered_pages(pages))).decode()
     stamp = time.strftime("%Y%m%d-%H%M%S")
 
     async def one(j: int) -> dict[str, Any]:
+        # Every job's pages differ, so no page is served from the engine's prefix cache.
+        doc = samples.pdf_from_pages(samples.numbered_pages(pages, first=j * pages + 1))
+        pdf = base64.b64encode(doc).decode()
         job = {"pdf": {"base64": pdf}, "output_prefix": f"bench/{stamp}/job-{j:03d}"}
         return await worker.run(f"bench-{j}", job)
 
@@ -113,9 +115,11 @@ async def _direct(worker: Any, args: argparse.Namespace) -> dict[str, Any]:
     direct = getattr(worker.engine, "bench_direct", None)
     if direct is None:
         return {"skipped": f"the {worker.engine.facts.name} engine has no server to call directly"}
-    pdf = open_pdf(samples.pdf_from_pages(samples.numbered_pages(args.pages)))
+    # Pages of the same shape and number as the worker's, but new to the engine's prefix cache.
+    count = args.pages * args.jobs
+    pdf = open_pdf(samples.pdf_from_pages(samples.numbered_pages(count, first=count + 1)))
     try:
-        pages = [pdf.render(n, worker.budget()) for n in range(1, args.pages + 1)] * args.jobs
+        pages = [pdf.render(n, worker.budget()) for n in range(1, count + 1)]
     finally:
         pdf.close()
     prompt = resolve(None, None, worker.settings.default_prompt)

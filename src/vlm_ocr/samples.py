@@ -68,10 +68,11 @@ def pdf_from_pages(pages: list[list[str]], *, columns: int = 1) -> bytes:
     return data
 
 
-def numbered_pages(count: int, *, lines: int = 6) -> list[list[str]]:
-    """Pages whose text differs page by page, so a mix-up between pages shows."""
+def numbered_pages(count: int, *, lines: int = 6, first: int = 1) -> list[list[str]]:
+    """Pages whose text differs page by page, so a mix-up between pages shows; `first` numbers
+    another set of pages of the same shape."""
     out = []
-    for n in range(1, count + 1):
+    for n in range(first, first + count):
         body = [f"Page {n} of {count}. Reference number {n * 7919 % 100000:05d}."]
         body += [
             f"Clause {n}.{i}: the party numbered {n * 31 + i} shall deliver item {i * 13 + n}."

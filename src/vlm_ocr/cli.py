@@ -2,6 +2,8 @@
 
 vlm-ocr run FILE... [--out DIR]   OCR local PDFs and images, as a job would
 vlm-ocr bench [--pages N]         pages/s and per-stage time through the pipeline
+vlm-ocr eval PAGES.jsonl          accuracy against ground truth (or --compare A B)
+vlm-ocr plan CONFIG.json          GPU memory, and the pages that fit in the KV cache
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from . import evaluate, plan
 from .settings import Settings
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".webp", ".tif", ".tiff"}
@@ -53,8 +56,6 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also send the same pages straight to the engine's server",
     )
-
-    from . import evaluate, plan
 
     evaluate.add_arguments(
         sub.add_parser(

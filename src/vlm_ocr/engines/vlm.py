@@ -79,7 +79,8 @@ class VlmEngine:
         )
         t0 = time.perf_counter()
         try:
-            answer = await self._ask(warmup, PRESETS[self.settings.default_prompt], 0.0)
+            png = await asyncio.to_thread(warmup.png)
+            answer = await self._ask(png, PRESETS[self.settings.default_prompt], 0.0)
         except EngineError as exc:
             tail = f"\nlast engine log lines:\n{self.server.log_tail()}" if self.server else ""
             raise EngineError(f"warm-up page failed: {exc}{tail}", fatal=True) from None
@@ -102,10 +103,9 @@ class VlmEngine:
         self.facts.details = details
 
     async def _ask(
-        self, page: PageImage, prompt: Prompt, temperature: float, seed: int = 0
+        self, png: bytes, prompt: Prompt, temperature: float, seed: int = 0
     ) -> Completion:
         assert self.client is not None, "the engine was not started"
-        png = await asyncio.to_thread(page.png)
         body = ChatClient.request_body(
             self.model,
             png,
@@ -141,8 +141,9 @@ class VlmEngine:
         output_tokens = 0
         prompt_tokens = None
         temps = self.temperatures()
+        png = await asyncio.to_thread(page.png)  # once, however many attempts
         for attempt, temperature in enumerate(temps, 1):
-            answer = await self._ask(page, prompt, temperature, seed=attempt)
+            answer = await self._ask(png, prompt, temperature, seed=attempt)
             text = strip_think(answer.text)
             output_tokens += answer.output_tokens or 0
             prompt_tokens = answer.prompt_tokens
@@ -205,7 +206,7 @@ class VlmEngine:
         async def one(page: PageImage) -> None:
             async with gate:
                 t0 = time.perf_counter()
-                await self._ask(page, prompt, 0.0)
+                await self._ask(await asyncio.to_thread(page.png), prompt, 0.0)
                 latencies.append(time.perf_counter() - t0)
 
         t0 = time.perf_counter()

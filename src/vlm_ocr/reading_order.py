@@ -4,8 +4,8 @@ A detector returns lines in no useful order; sorting them top to bottom interlea
 of side-by-side columns. XY-cut splits a region at clear vertical gutters first (columns, read
 left to right), and where there are none, at horizontal gaps (bands, read top to bottom),
 recursing into each part. A title spanning the columns blocks the vertical cut; the horizontal
-gaps then cut the page into line bands, and consecutive bands that share a gutter are merged
-back into one block, which is then cut into its columns.
+gaps then cut the page into line bands, and consecutive bands that share a gutter (not merely
+single lines side by side) are merged back into one block, which is then cut into its columns.
 """
 
 from __future__ import annotations
@@ -14,8 +14,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import median
 
-# The narrowest gap between columns, in line heights.
-GUTTER = 0.8
+# The narrowest gap between columns, in line heights: a strip that no line crosses is a gutter
+# even when narrow (newspaper columns sit a few pixels apart at a page's pixel budget).
+GUTTER = 0.2
+# The narrowest column, in line heights.
+MIN_COLUMN = 2.0
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,9 @@ def _column_cuts(lines: list[Line], line_h: float) -> list[float]:
     cuts = _gaps([(ln.x0, ln.x1) for ln in lines], min_gap=line_h * GUTTER)
     if not cuts or _is_one_row(lines, line_h):
         return []
+    for part in _split(lines, cuts, "x"):
+        if max(ln.x1 for ln in part) - min(ln.x0 for ln in part) < MIN_COLUMN * line_h:
+            return []  # a strip of list numbers or labels: read it row by row with its text
     return cuts
 
 
@@ -81,11 +87,18 @@ def _xy_cut(lines: list[Line], line_h: float, depth: int = 0) -> list[list[Line]
         return [sorted(lines, key=lambda ln: (ln.x0, ln.y0))]
     groups: list[list[Line]] = []
     for band in _split(lines, y_cuts, "y"):
-        if groups and _column_cuts(groups[-1] + band, line_h):
+        if groups and _is_column_block(groups[-1] + band, line_h):
             groups[-1] = groups[-1] + band
         else:
             groups.append(band)
     return [b for g in groups for b in _xy_cut(g, line_h, depth + 1)]
+
+
+def _is_column_block(lines: list[Line], line_h: float) -> bool:
+    """Columns, at least one of more than one line; single lines side by side (captions under
+    two figures, say) are not a column block."""
+    cuts = _column_cuts(lines, line_h)
+    return bool(cuts) and any(len(part) >= 2 for part in _split(lines, cuts, "x"))
 
 
 def _is_one_row(lines: list[Line], line_h: float) -> bool:

@@ -74,7 +74,7 @@ class RapidOcrEngine:
 
     def fingerprint(self, prompt: Prompt) -> dict[str, Any]:
         # The CPU engine ignores the prompt, so it is not part of what decides the text.
-        order = "detection" if self.detection_order else "xy-cut-3"
+        order = "detection" if self.detection_order else "xy-cut-4"
         return {"engine": "rapidocr", "version": self.facts.version, "reading_order": order}
 
     async def close(self) -> None:

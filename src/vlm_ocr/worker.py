@@ -17,7 +17,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from . import samples
@@ -47,7 +47,6 @@ class _JobState:
     done: int = 0
     storage_error: str | None = None
     engine_error: str | None = None
-    stored: list[int] = field(default_factory=list)
 
 
 class Worker:
@@ -218,7 +217,6 @@ class Worker:
             raise PageError("store", str(exc)) from None
         report.status, report.key, report.reused = "ok", key, True
         report.chars = int(meta.get("chars", 0))
-        st.stored.append(report.page)
         return True
 
     async def _recognize_and_store(
@@ -249,7 +247,6 @@ class Worker:
             }
             await self._put(key, rec.text, meta, st)
             report.status, report.key, report.chars = "ok", key, len(rec.text)
-            st.stored.append(report.page)
             if st.job.return_text:
                 report.text = rec.text
         else:
@@ -296,8 +293,9 @@ class Worker:
         out = report.model_dump(mode="json", exclude_none=True)
         problems = []
         if st.storage_error or manifest_error:
-            stored = sorted(st.stored)
-            not_stored = sorted({p.page for p in report.pages} - set(stored))
+            # A page is "ok" only once its text is stored, so the two lists follow from the status.
+            stored = [p.page for p in report.pages if p.status == "ok"]
+            not_stored = [p.page for p in report.pages if p.status != "ok"]
             problems.append(
                 f"the store failed: {st.storage_error or manifest_error}. "
                 f"Stored pages: {_ranges(stored) or 'none'}; not stored: {_ranges(not_stored)}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import sys
 import threading
 from collections.abc import Awaitable, Callable
@@ -17,7 +18,7 @@ from typing import Any
 
 import runpod
 
-from vlm_ocr.app import start_worker
+from vlm_ocr.app import build_worker
 from vlm_ocr.runtime import WorkerLoop
 from vlm_ocr.settings import Settings
 from vlm_ocr.worker import Worker
@@ -65,16 +66,35 @@ def make_handler(loop: WorkerLoop, worker: Worker) -> Handler:
     return handler
 
 
+def stop_on_signals(worker: Worker) -> None:
+    """SIGTERM (RunPod stopping the worker) or SIGINT: end the engine and the render processes,
+    then exit, so no engine outlives its worker."""
+
+    def stop(signum: int, frame: object) -> None:
+        log.warning("got %s; stopping the engine and exiting", signal.Signals(signum).name)
+        worker.terminate()
+        os._exit(128 + signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, stop)
+
+
 def main() -> None:
     settings = Settings()
+    # force: importing runpod has configured the root logger already, which would ignore ours
     logging.basicConfig(
-        level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=settings.log_level,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        force=True,
     )
     loop = WorkerLoop()
+    worker = build_worker(settings)
+    stop_on_signals(worker)
     try:
-        worker = loop.run(start_worker(settings))
-    except Exception:
-        log.exception("cold start failed; this worker takes no jobs")
+        loop.run(worker.start())
+    except Exception as exc:
+        log.error("cold start failed; this worker takes no jobs: %s", exc)
+        worker.terminate()
         sys.exit(1)
 
     def concurrency_modifier(current: int) -> int:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
-import socket
 import subprocess
 import sys
 import time
@@ -17,11 +16,13 @@ import pytest
 from PIL import Image
 
 from vlm_ocr import samples
+from vlm_ocr.app import build_worker
+from vlm_ocr.cpu_pool import CpuPool
 from vlm_ocr.engines.rapidocr import RapidOcrEngine
+from vlm_ocr.engines.vllm_server import free_port  # noqa: F401 (shared with the tests)
 from vlm_ocr.render import Budget
 from vlm_ocr.runtime import WorkerLoop
 from vlm_ocr.settings import Settings
-from vlm_ocr.storage import LocalStore
 from vlm_ocr.textsim import similarity
 from vlm_ocr.worker import Worker, warmup_page
 
@@ -45,6 +46,24 @@ def cpu_engine(loop: WorkerLoop) -> RapidOcrEngine:
     return engine
 
 
+@pytest.fixture(scope="session")
+def cpu_pool(loop: WorkerLoop) -> Iterator[CpuPool]:
+    """One pool of render processes for the session, as one worker has."""
+    pool = CpuPool(2)
+    loop.run(pool.start())
+    yield pool
+    loop.run(pool.close())
+
+
+def new_worker(loop: WorkerLoop, settings: Settings, engine: object, pool: CpuPool) -> Worker:
+    """A worker on the session's loop and pool, with the store the settings select."""
+
+    async def build() -> Worker:  # semaphores belong to the loop that uses them
+        return build_worker(settings, engine, pool=pool)  # type: ignore[arg-type]
+
+    return loop.run(build())
+
+
 def make_settings(tmp_path: Path, **overrides: object) -> Settings:
     values: dict[str, object] = {"output_dir": tmp_path / "out", "max_pixels": TEST_PIXELS}
     values.update(overrides)
@@ -57,11 +76,8 @@ def settings(tmp_path: Path) -> Settings:
 
 
 @pytest.fixture
-def worker(settings: Settings, cpu_engine: RapidOcrEngine, loop: WorkerLoop) -> Worker:
-    async def build() -> Worker:  # semaphores belong to the loop that uses them
-        return Worker(settings, cpu_engine, LocalStore(settings.output_dir))
-
-    return loop.run(build())
+def worker(settings: Settings, cpu_engine: RapidOcrEngine, loop: WorkerLoop, cpu_pool) -> Worker:
+    return new_worker(loop, settings, cpu_engine, cpu_pool)
 
 
 def b64(data: bytes) -> str:
@@ -138,12 +154,6 @@ def serve_api(env: dict[str, str], port: int, **popen: object) -> subprocess.Pop
         str(port),
     ]
     return subprocess.Popen([sys.executable, *argv], cwd=ROOT, env=env, **popen)  # type: ignore[call-overload]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def gather(loop: WorkerLoop, coros: list) -> list:

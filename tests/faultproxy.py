@@ -9,7 +9,8 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 # rule(method, path) -> None (forward), ("status", code), ("stall", seconds): no answer,
-# or ("delay", seconds): forward after a pause
+# ("delay", seconds): forward after a pause, or ("hold", seconds): forward once `release` is set
+# (or the seconds have passed)
 Rule = Callable[[str, str], tuple[str, float] | None]
 ERROR_CODES = {500: "InternalError", 503: "SlowDown", 403: "AccessDenied"}
 
@@ -19,6 +20,7 @@ class FaultProxy:
         self.rule: Rule = lambda method, path: None
         self.seen: list[tuple[str, str, str]] = []  # (method, path, outcome)
         self.times: list[tuple[str, str, float]] = []  # (method, path, when forwarded)
+        self.release = threading.Event()
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -47,6 +49,8 @@ class FaultProxy:
                     return
                 if action and action[0] == "delay":
                     time.sleep(action[1])
+                if action and action[0] == "hold":
+                    proxy.release.wait(action[1])
                 proxy.seen.append((self.command, self.path, "pass"))
                 proxy.times.append((self.command, self.path, time.monotonic()))
                 conn = http.client.HTTPConnection(*upstream, timeout=30)

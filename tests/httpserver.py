@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -13,6 +12,7 @@ Route = Callable[[BaseHTTPRequestHandler], None]
 class LoopbackServer:
     def __init__(self) -> None:
         self.routes: dict[str, Route] = {}
+        self.closed = threading.Event()
         routes = self.routes
 
         class Handler(BaseHTTPRequestHandler):
@@ -35,13 +35,23 @@ class LoopbackServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.httpd.server_address[1]}"
 
-    def body(self, path: str, data: bytes, *, delay: float = 0.0) -> None:
+    def body(self, path: str, data: bytes) -> None:
         def route(h: BaseHTTPRequestHandler) -> None:
             h.send_response(200)
             h.send_header("Content-Length", str(len(data)))
             h.end_headers()
-            time.sleep(delay)
             h.wfile.write(data)
+
+        self.routes[path] = route
+
+    def stall(self, path: str) -> None:
+        """Send the headers, then nothing until the server is closed."""
+
+        def route(h: BaseHTTPRequestHandler) -> None:
+            h.send_response(200)
+            h.send_header("Content-Length", "1000")
+            h.end_headers()
+            self.closed.wait()
 
         self.routes[path] = route
 
@@ -55,5 +65,6 @@ class LoopbackServer:
         self.routes[path] = route
 
     def close(self) -> None:
+        self.closed.set()
         self.httpd.shutdown()
         self.httpd.server_close()

@@ -10,7 +10,7 @@ import pytest
 from vlm_ocr.app import choose_engine_kind
 from vlm_ocr.engines.chat_client import ChatClient, strip_think
 from vlm_ocr.engines.vllm_server import server_argv
-from vlm_ocr.engines.vlm import VlmEngine
+from vlm_ocr.engines.vlm import ExternalServer, VlmEngine
 from vlm_ocr.prompts import PRESETS, Prompt, resolve
 from vlm_ocr.settings import EngineKind, Settings
 
@@ -54,7 +54,7 @@ def test_production_argv_for_default_model(monkeypatch: pytest.MonkeyPatch) -> N
     for name in Settings.model_fields:
         monkeypatch.delenv(name.upper(), raising=False)
     settings = Settings()
-    assert server_argv(settings, settings.vllm_port) == PRODUCTION_ARGV
+    assert server_argv(settings, 8000) == PRODUCTION_ARGV  # VLLM_PORT=0 picks a free port
 
 
 def test_argv_options() -> None:
@@ -111,14 +111,14 @@ def test_presets_and_their_rules() -> None:
 
 def test_fingerprint_changes_with_prompt_model_and_sampling() -> None:
     s = Settings(openai_base_url="http://127.0.0.1:1")
-    e = VlmEngine(s, server=None)
+    e = VlmEngine(s, ExternalServer(s))
     fp = e.fingerprint(PRESETS["markdown"])
     assert fp["prompt"] == "markdown" and fp["prompt_version"] == "1"
     assert fp["sampling"]["temperatures"] == [0.0, 0.1, 0.1, 0.2]
     assert fp != e.fingerprint(PRESETS["plain"])
-    other = VlmEngine(s.model_copy(update={"served_model_name": "other"}), server=None)
+    other = VlmEngine(s.model_copy(update={"served_model_name": "other"}), ExternalServer(s))
     assert other.fingerprint(PRESETS["markdown"]) != fp
-    fewer = VlmEngine(s.model_copy(update={"max_tokens": 1000}), server=None)
+    fewer = VlmEngine(s.model_copy(update={"max_tokens": 1000}), ExternalServer(s))
     assert fewer.fingerprint(PRESETS["markdown"]) != fp
 
 

@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import httpx
 import pytest
-from moto.server import ThreadedMotoServer
 
 from vlm_ocr import samples
+from vlm_ocr.loopback_s3 import LoopbackS3, s3_client
 from vlm_ocr.prompts import Prompt
 from vlm_ocr.settings import Settings
 from vlm_ocr.storage import S3Store
@@ -26,6 +24,7 @@ from .conftest import (
     TEST_PIXELS,
     b64,
     free_port,
+    new_worker,
     page_image,
     pdf_job,
     png_bytes,
@@ -36,26 +35,20 @@ from .faultproxy import FaultProxy
 
 
 @pytest.fixture(scope="session")
-def s3_endpoint() -> Iterator[str]:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
+def s3() -> Iterator[LoopbackS3]:
+    server = LoopbackS3()
+    yield server
     server.stop()
 
 
 @pytest.fixture
-def bucket(s3_endpoint: str) -> str:
-    # moto refuses CreateBucket from a client in region `auto`; R2 users create buckets anyway.
-    name = f"ocr-{uuid.uuid4().hex[:12]}"
-    boto3.client(
-        "s3",
-        endpoint_url=s3_endpoint,
-        region_name="us-east-1",
-        aws_access_key_id="test",
-        aws_secret_access_key="test",
-    ).create_bucket(Bucket=name)
-    return name
+def s3_endpoint(s3: LoopbackS3) -> str:
+    return s3.endpoint
+
+
+@pytest.fixture
+def bucket(s3: LoopbackS3) -> str:
+    return s3.create_bucket(f"ocr-{uuid.uuid4().hex[:12]}")
 
 
 def bucket_settings(endpoint: str, bucket: str, **kw: Any) -> Settings:
@@ -78,12 +71,11 @@ class CountingEngine:
     engine has (the CPU engine ignores prompts, so it leaves them out)."""
 
     def __init__(self, inner: Any) -> None:
-        self.inner, self.calls, self.started = inner, 0, []
+        self.inner, self.calls = inner, 0
         self.facts, self.default_concurrency, self.failure = inner.facts, 1, None
 
     async def recognize(self, page: Any, prompt: Prompt) -> Any:
         self.calls += 1
-        self.started.append(time.monotonic())
         return await self.inner.recognize(page, prompt)
 
     def fingerprint(self, prompt: Prompt) -> dict[str, Any]:
@@ -97,14 +89,10 @@ class CountingEngine:
 
 
 @pytest.fixture
-def make_worker(loop, cpu_engine):
+def make_worker(loop, cpu_engine, cpu_pool):
     def make(settings: Settings) -> tuple[Worker, CountingEngine]:
         engine = CountingEngine(cpu_engine)
-
-        async def build() -> Worker:
-            return Worker(settings, engine, S3Store.from_settings(settings))
-
-        return loop.run(build()), engine
+        return new_worker(loop, settings, engine, cpu_pool), engine
 
     return make
 
@@ -114,14 +102,7 @@ def proxy_for(endpoint: str) -> FaultProxy:
     return FaultProxy((host, int(port)))
 
 
-def client(endpoint: str) -> Any:
-    return boto3.client(
-        "s3",
-        endpoint_url=endpoint,
-        region_name="us-east-1",
-        aws_access_key_id="test",
-        aws_secret_access_key="test",
-    )
+client = s3_client
 
 
 def get_text(endpoint: str, bucket: str, key: str) -> tuple[str, dict]:
@@ -311,16 +292,25 @@ def test_sixteen_jobs_at_once_into_one_bucket(
 
 
 def test_uploads_overlap_recognition(loop, make_worker, s3_endpoint: str, bucket: str) -> None:
-    """A slow upload of page 1 does not hold up the recognition of pages 2 and 3."""
+    """Page 1's upload is held until page 3's upload arrives: the job can only finish if
+    pages 2-3 were recognized and stored while page 1's upload was still open."""
     proxy = proxy_for(s3_endpoint)
-    proxy.rule = lambda m, p: ("delay", 3.0) if m == "PUT" and p.endswith("page-0001.md") else None
+
+    def rule(method: str, path: str):
+        if method == "PUT" and path.endswith("page-0003.md"):
+            proxy.release.set()
+        if method == "PUT" and path.endswith("page-0001.md"):
+            return ("hold", 120.0)
+        return None
+
+    proxy.rule = rule
     try:
-        worker, engine = make_worker(bucket_settings(proxy.url, bucket, bucket_read_timeout_s=10))
-        t0 = time.monotonic()
+        settings = bucket_settings(proxy.url, bucket, bucket_read_timeout_s=180)
+        worker, _ = make_worker(settings)
         job = pdf_job(samples.numbered_pages(3, lines=2), "overlap")
         result = loop.run(worker.run("o1", job))
     finally:
         proxy.close()
     assert result["status"] == "ok", result.get("error")
-    page1_stored = next(t for m, p, t in proxy.times if m == "PUT" and p.endswith("page-0001.md"))
-    assert t0 < engine.started[0] < engine.started[2] < page1_stored, "pages 2-3 waited for page 1"
+    puts = [p.rsplit("/", 1)[-1] for m, p, _ in proxy.times if m == "PUT" and "/page-" in p]
+    assert puts.index("page-0001.md") > max(puts.index("page-0002.md"), puts.index("page-0003.md"))

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from vlm_ocr.errors import InputError
-from vlm_ocr.schema import JobInput, parse_selection, select_pages
+from vlm_ocr.schema import JobInput, parse_selection
+from vlm_ocr.sources import select_pages
 
 
 def error_of(raw: object) -> InputError:
@@ -44,6 +45,14 @@ def test_valid_pdf_and_images() -> None:
         ({"pdf": {"base64": 5}}, "input.pdf.base64", "string"),
         ({"pdf": {"base64": "x"}, "colour": 1}, "input.colour", "accepted fields: pdf, pages"),
         ({"pdf": {"base64": "x"}, "output_prefix": "../x"}, "input.output_prefix", "letters"),
+        ({"pdf": {"base64": "x"}, "output_prefix": "a/b\n"}, "input.output_prefix", "segment"),
+        ({"pdf": {"base64": "x"}, "output_prefix": "a//b"}, "input.output_prefix", "segment"),
+        ({"pdf": {"base64": "x"}, "output_prefix": "a/./b"}, "input.output_prefix", "segment"),
+        ({"pdf": {"base64": "x"}, "output_prefix": "a/b/"}, "input.output_prefix", "trailing"),
+        ({"pdf": {"base64": "x"}, "output_prefix": "a/b "}, "input.output_prefix", "letters"),
+        ({"pdf": {"key": ""}}, "input.pdf.key", "at least 1 character"),
+        ({"pdf": {"base64": "x"}, "pages": "1- ," * 24 + "x"}, "input.pages", "not a page"),
+        ({"pdf": {"base64": "x"}, "pages": "1," * 600}, "input.pages", "at most 1000"),
         ({"pdf": {"base64": "x"}, "max_pixels": 10}, "input.max_pixels", "greater than"),
         ("just a string", "input", "JSON object"),
     ],
@@ -61,9 +70,18 @@ def test_too_many_images() -> None:
 
 def test_selection_parsing() -> None:
     assert parse_selection("1-3, 7,10-") == [(1, 3), (7, 7), (10, None)]
-    assert select_pages("1-3,7,2", 8, 100) == ([1, 2, 3, 7], [])
-    assert select_pages(None, 3, 100) == ([1, 2, 3], [])
-    assert select_pages("6-", 8, 100) == ([6, 7, 8], [])
-    assert select_pages("3-5,9", 4, 100) == ([3, 4], [5, 9])
+    assert select_pages("1-3,7,2", 8, 100) == ([1, 2, 3, 7], "")
+    assert select_pages(None, 3, 100) == ([1, 2, 3], "")
+    assert select_pages("6-", 8, 100) == ([6, 7, 8], "")
+    assert select_pages("3-5,9", 4, 100) == ([3, 4], "5, 9")
     with pytest.raises(InputError, match="more than 10 pages"):
         select_pages("1-50", 100, 10)
+
+
+def test_selection_beyond_the_end_is_counted_by_ranges_not_pages() -> None:
+    # The same answer however far the range goes, and no page-by-page work beyond the end.
+    assert select_pages("1-2000", 3, 2000) == ([1, 2, 3], "4-2000")
+    assert select_pages("1-999999", 3, 2000) == ([1, 2, 3], "4-999999")
+    assert select_pages("2-,5-", 3, 10) == ([2, 3], "5-")  # an open end stops at the last page
+    with pytest.raises(InputError, match="selects no page of this document, which has 3"):
+        select_pages("7-9999999", 3, 2000)

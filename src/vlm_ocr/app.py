@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import base64
 import logging
 import os
+import re
 from pathlib import Path
+from typing import Any
 
 from .engines.base import Engine
+from .render import is_image_file
 from .settings import EngineKind, Settings
-from .storage import LocalStore, S3Store, Store
+from .storage import Bucket, BucketInputs, LocalStore, S3Store, Store
 from .worker import Worker
 
 log = logging.getLogger(__name__)
@@ -42,32 +46,56 @@ def choose_engine_kind(settings: Settings) -> tuple[EngineKind, str]:
     return EngineKind.RAPIDOCR, f"ENGINE=auto: {missing}, so the CPU engine"
 
 
-def make_engine(settings: Settings) -> Engine:
+def make_engine(settings: Settings, *, detection_order: bool = False) -> Engine:
     kind, why = choose_engine_kind(settings)
     log.info("engine: %s (%s)", kind.value, why)
     if kind is EngineKind.RAPIDOCR:
         from .engines.rapidocr import RapidOcrEngine
 
-        return RapidOcrEngine()
+        return RapidOcrEngine(detection_order=detection_order)
     from .engines.vllm_server import VllmServer
-    from .engines.vlm import VlmEngine
+    from .engines.vlm import ExternalServer, VlmEngine
 
-    return VlmEngine(settings, VllmServer(settings) if kind is EngineKind.VLLM else None)
+    server = VllmServer(settings) if kind is EngineKind.VLLM else ExternalServer(settings)
+    return VlmEngine(settings, server)
 
 
-def make_store(settings: Settings, out_dir: Path | None = None) -> Store:
-    """The bucket when bucket settings are present, unless a local folder is asked for."""
-    if out_dir is None and settings.bucket_configured:
-        if bool(settings.bucket_access_key_id) != bool(settings.bucket_secret_access_key):
-            raise ValueError(
-                "set both BUCKET_ACCESS_KEY_ID and BUCKET_SECRET_ACCESS_KEY, or neither"
-            )
-        log.info("store: s3://%s/%s", settings.bucket_name, settings.bucket_prefix)
-        return S3Store.from_settings(settings)
-    return LocalStore(out_dir or settings.output_dir)
+def make_store(
+    settings: Settings, out_dir: Path | None = None
+) -> tuple[Store, BucketInputs | None]:
+    """The result store and the reader of inputs named by key. Results go to the bucket when
+    bucket settings are present, unless a local folder is asked for; keys are read from the
+    bucket whenever one is configured."""
+    if not settings.bucket_configured:
+        return LocalStore(out_dir or settings.output_dir), None
+    if bool(settings.bucket_access_key_id) != bool(settings.bucket_secret_access_key):
+        raise ValueError("set both BUCKET_ACCESS_KEY_ID and BUCKET_SECRET_ACCESS_KEY, or neither")
+    bucket = Bucket.from_settings(settings)
+    if out_dir is not None:
+        return LocalStore(out_dir), BucketInputs(bucket)
+    log.info("store: s3://%s/%s", settings.bucket_name, settings.bucket_prefix)
+    return S3Store.from_settings(settings, bucket), BucketInputs(bucket)
+
+
+def build_worker(
+    settings: Settings, engine: Engine | None = None, out_dir: Path | None = None, **kw: Any
+) -> Worker:
+    """The worker the settings describe (its engine not started yet)."""
+    store, inputs = make_store(settings, out_dir)
+    return Worker(settings, engine or make_engine(settings), store, inputs=inputs, **kw)
 
 
 async def start_worker(settings: Settings, out_dir: Path | None = None) -> Worker:
-    worker = Worker(settings, make_engine(settings), make_store(settings, out_dir))
+    worker = build_worker(settings, out_dir=out_dir)
     await worker.start()
     return worker
+
+
+def job_for_file(path: Path, *, output_prefix: str | None = None, **options: Any) -> dict[str, Any]:
+    """The job input that carries a local file, as a RunPod request would carry it."""
+    source = {"base64": base64.b64encode(path.read_bytes()).decode(), "name": path.name}
+    job: dict[str, Any] = {"images": [source]} if is_image_file(path) else {"pdf": source}
+    job["output_prefix"] = output_prefix or (
+        re.sub(r"[^A-Za-z0-9._-]+", "_", path.stem).strip("._-") or "file"
+    )
+    return job | {k: v for k, v in options.items() if v is not None}

@@ -10,18 +10,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import json
 import logging
-import re
 import sys
 from pathlib import Path
 from typing import Any
 
 from . import evaluate, plan
 from .settings import Settings
-
-IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".webp", ".tif", ".tiff"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,7 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "plan":
         return plan.plan_main(args)
     settings = Settings()
-    logging.basicConfig(level=settings.log_level, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=settings.log_level, format="%(levelname)s %(name)s: %(message)s", force=True
+    )
     if args.command == "run":
         return asyncio.run(_run(settings, args))
     if args.command == "eval":
@@ -80,25 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     return 2
 
 
-def job_for_file(path: Path, args: argparse.Namespace) -> dict[str, Any]:
-    """The job input that names a local file, as a RunPod request would carry it."""
-    data = base64.b64encode(path.read_bytes()).decode()
-    source = {"base64": data, "name": path.name}
-    job: dict[str, Any] = (
-        {"images": [source]} if path.suffix.lower() in IMAGE_SUFFIXES else {"pdf": source}
-    )
-    if args.pages and "pdf" in job:
-        job["pages"] = args.pages
-    if args.prompt:
-        job["prompt"] = args.prompt
-    if args.max_pixels:
-        job["max_pixels"] = args.max_pixels
-    job["output_prefix"] = re.sub(r"[^A-Za-z0-9._-]+", "_", path.stem).strip("._-") or "file"
-    return job
-
-
 async def _run(settings: Settings, args: argparse.Namespace) -> int:
-    from .app import start_worker
+    from .app import job_for_file, start_worker
+    from .render import is_image_file
 
     missing = [str(p) for p in args.files if not p.is_file()]
     if missing:
@@ -108,7 +90,9 @@ async def _run(settings: Settings, args: argparse.Namespace) -> int:
     failed = 0
     try:
         for path in args.files:
-            result = await worker.run(path.stem, job_for_file(path, args))
+            pages = args.pages if not is_image_file(path) else None
+            job = job_for_file(path, pages=pages, prompt=args.prompt, max_pixels=args.max_pixels)
+            result = await worker.run(path.stem, job)
             failed += bool(result.get("error"))
             if args.json:
                 print(json.dumps(result, ensure_ascii=False, indent=2))

@@ -12,7 +12,6 @@ modal words 得, 應, 須, 不得, 應不 — which must be identical; each diff
 from __future__ import annotations
 
 import argparse
-import base64
 import difflib
 import json
 import re
@@ -26,7 +25,6 @@ from typing import Any
 from .settings import Settings
 from .textsim import similarity
 
-IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".webp", ".tif", ".tiff"}
 ARTICLE = re.compile(r"第\s*[0-9０-９一二三四五六七八九十百千零〇兩两]+\s*[條項款]")
 MODAL = re.compile(r"不得|應不|得|應|須")
 CONTEXT = 12
@@ -105,21 +103,14 @@ async def recognize_pages(
     settings: Settings, pages: list[EvalPage], out: Path, detection_order: bool
 ) -> dict[str, Any]:
     """Run each page through the worker pipeline into `out/<id>/`; returns the engine facts."""
-    from .app import make_engine, make_store
-    from .worker import Worker
+    from .app import build_worker, job_for_file, make_engine
 
-    engine = make_engine(settings)
-    if detection_order and hasattr(engine, "detection_order"):
-        engine.detection_order = True
-    worker = Worker(settings, engine, make_store(settings, out))
+    engine = make_engine(settings, detection_order=detection_order)
+    worker = build_worker(settings, engine, out_dir=out)
     await worker.start()
     try:
         for page in pages:
-            data = base64.b64encode(page.path.read_bytes()).decode()
-            kind = "images" if page.path.suffix.lower() in IMAGE_SUFFIXES else "pdf"
-            src = {"base64": data, "name": page.path.name}
-            job = {kind: [src] if kind == "images" else src, "output_prefix": page.id}
-            result = await worker.run(page.id, job)
+            result = await worker.run(page.id, job_for_file(page.path, output_prefix=page.id))
             status = result.get("status", "failed")
             print(f"  {page.id[:60]:<60} {status}", file=sys.stderr)
         return worker.engine_facts()

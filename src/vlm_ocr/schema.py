@@ -12,11 +12,15 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .errors import InputError
+from .fetch import redact
 from .prompts import PRESETS
+from .settings import MAX_PIXELS_LIMIT, MAX_SIDE_LIMIT, MIN_PIXELS, MIN_SIDE
 
 MAX_PROMPT_CHARS = 8000
-_PREFIX_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-/]{0,199}$")
-_SELECTION_RE = re.compile(r"^\s*\d+\s*(-\s*\d*\s*)?(,\s*\d+\s*(-\s*\d*\s*)?)*$")
+MAX_SELECTION_CHARS = 1000
+_PREFIX_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-/]{0,199}")
+# One part of a selection; applied to each comma-separated part alone, so time is linear.
+_PART_RE = re.compile(r"(\d{1,7})(-(\d{0,7}))?")
 
 
 class _Strict(BaseModel):
@@ -26,9 +30,9 @@ class _Strict(BaseModel):
 class Source(_Strict):
     """Where one file comes from: exactly one of `base64`, `url` (https) or `key` (bucket)."""
 
-    base64: str | None = None
-    url: str | None = None
-    key: str | None = None
+    base64: str | None = Field(None, min_length=1)
+    url: str | None = Field(None, min_length=1, max_length=8192)
+    key: str | None = Field(None, min_length=1, max_length=1024)
     name: str | None = Field(None, max_length=200, description="Label shown in the manifest.")
 
     @model_validator(mode="after")
@@ -49,7 +53,7 @@ class Source(_Strict):
         if self.name:
             return self.name
         if self.url is not None:
-            return self.url.split("?", 1)[0]
+            return redact(self.url)
         if self.key is not None:
             return f"key:{self.key}"
         return "base64"
@@ -66,8 +70,8 @@ class JobInput(_Strict):
     output_prefix: str | None = None
     return_text: bool = False
     presign_urls: bool = False
-    max_pixels: int | None = Field(None, ge=65_536, le=16_000_000)
-    max_side: int | None = Field(None, ge=256, le=8192)
+    max_pixels: int | None = Field(None, ge=MIN_PIXELS, le=MAX_PIXELS_LIMIT)
+    max_side: int | None = Field(None, ge=MIN_SIDE, le=MAX_SIDE_LIMIT)
 
     @model_validator(mode="after")
     def _check(self) -> JobInput:
@@ -90,14 +94,8 @@ class JobInput(_Strict):
                 "input.prompt",
                 f"unknown preset {self.prompt!r}; accepted: {', '.join(sorted(PRESETS))}",
             )
-        if self.output_prefix is not None and (
-            not _PREFIX_RE.match(self.output_prefix) or ".." in self.output_prefix
-        ):
-            raise InputError(
-                "input.output_prefix",
-                "use 1-200 characters of letters, digits, '.', '_', '-' and '/', "
-                "starting with a letter or digit and without '..'",
-            )
+        if self.output_prefix is not None:
+            check_prefix(self.output_prefix)
         return self
 
     @classmethod
@@ -128,41 +126,43 @@ def _as_input_error(exc: ValidationError) -> InputError:
     return InputError(loc, message)
 
 
+def check_prefix(prefix: str) -> None:
+    segments = prefix.split("/")
+    if not _PREFIX_RE.fullmatch(prefix) or any(s in ("", ".", "..") for s in segments):
+        raise InputError(
+            "input.output_prefix",
+            f"{prefix[:60]!r} is not a usable prefix; use 1-200 characters of letters, digits, "
+            "'.', '_', '-' and '/', starting with a letter or digit, with no empty, '.' or '..' "
+            "segment and no trailing '/'",
+        )
+
+
 def parse_selection(text: str) -> list[tuple[int, int | None]]:
-    """Parse '1-3,7,10-' into 1-based inclusive ranges; an open end is None."""
-    if not _SELECTION_RE.match(text):
+    """Parse '1-3,7,10-' into 1-based inclusive ranges; an open end is None. Linear in the
+    length of the text, which is capped."""
+    if len(text) > MAX_SELECTION_CHARS:
         raise InputError(
             "input.pages",
-            f"{text!r} is not a page selection; use 1-based numbers and ranges such as "
-            '"1-3,7" or "5-"',
+            f"the selection is {len(text)} characters long; at most {MAX_SELECTION_CHARS}. "
+            'Use ranges ("1-500") or split the job',
         )
     ranges: list[tuple[int, int | None]] = []
-    for part in text.replace(" ", "").split(","):
-        lo_s, dash, hi_s = part.partition("-")
-        lo = int(lo_s)
-        hi = int(hi_s) if hi_s else (None if dash else lo)
+    for part in "".join(text.split()).split(","):
+        m = _PART_RE.fullmatch(part)
+        if m is None:
+            raise InputError(
+                "input.pages",
+                f"{text[:60]!r} is not a page selection; use 1-based numbers and ranges such as "
+                '"1-3,7" or "5-"',
+            )
+        lo = int(m.group(1))
+        hi = None if m.group(2) and not m.group(3) else int(m.group(3) or lo)
         if lo < 1 or (hi is not None and hi < lo):
             raise InputError(
                 "input.pages", f"{part!r} is not a valid range; pages start at 1 and ranges go up"
             )
         ranges.append((lo, hi))
     return ranges
-
-
-def select_pages(text: str | None, page_count: int, max_pages: int) -> tuple[list[int], list[int]]:
-    """Pages (1-based, in order, once each) that exist, and those selected beyond the end."""
-    ranges = [(1, None)] if text is None else parse_selection(text)
-    chosen: dict[int, None] = {}
-    missing: dict[int, None] = {}
-    for lo, hi in ranges:
-        end = page_count if hi is None else hi
-        for n in range(lo, max(end, lo) + 1):
-            (chosen if n <= page_count else missing)[n] = None
-            if len(chosen) + len(missing) > max_pages:
-                raise InputError(
-                    "input.pages", f"selects more than {max_pages} pages; split the job"
-                )
-    return list(chosen), list(missing)
 
 
 # --- output -------------------------------------------------------------------------------------
@@ -197,6 +197,9 @@ class JobReport(BaseModel):
 
     job_id: str
     status: Literal["ok", "partial", "failed"]
+    error: str | None = Field(
+        None, description="What went wrong, when the status is not `ok` for a job-level reason."
+    )
     store: str
     prefix: str
     manifest_key: str | None = None

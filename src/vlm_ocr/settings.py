@@ -21,12 +21,18 @@ class EngineKind(StrEnum):
 
 
 DEFAULT_MODEL = "QuantTrio/Qwen3-VL-32B-Instruct-AWQ"
+# The range a page pixel budget may take, here and in a job's `max_pixels` / `max_side`.
+MIN_PIXELS = 65_536
+MAX_PIXELS_LIMIT = 16_000_000
+MIN_SIDE = 256
+MAX_SIDE_LIMIT = 8192
 
 
 class Settings(BaseSettings):
     """Worker settings; each field is one environment variable of the same name, upper-cased."""
 
-    model_config = SettingsConfigDict(case_sensitive=False, extra="ignore")
+    # An empty variable in an endpoint's form means "not set", not "set to nothing".
+    model_config = SettingsConfigDict(case_sensitive=False, extra="ignore", env_ignore_empty=True)
 
     # --- job pipeline -------------------------------------------------------------------------
     engine: EngineKind = Field(
@@ -41,19 +47,40 @@ class Settings(BaseSettings):
     default_prompt: str = Field("markdown", description="Prompt preset used when a job names none.")
     max_pixels: int = Field(
         1_600_000,
-        ge=65_536,
-        le=16_000_000,
+        ge=MIN_PIXELS,
+        le=MAX_PIXELS_LIMIT,
         description="Default page pixel budget (width × height) for rendering and for the model.",
     )
     max_image_pixels: int = Field(
-        120_000_000,
-        description="Largest source image accepted, in pixels (decompression-bomb guard).",
+        50_000_000,
+        ge=MIN_PIXELS,
+        description="Largest source image accepted, in pixels (a 600 dpi A4 scan is 35 MP).",
+    )
+    decode_pixels: int = Field(
+        100_000_000,
+        ge=MIN_PIXELS,
+        description="Source pixels being decoded at once across all jobs; bounds decode memory.",
     )
     max_download_bytes: int = Field(
         200_000_000, description="Largest document or image accepted from any source, in bytes."
     )
+    max_job_bytes: int = Field(
+        500_000_000, description="Most bytes one job's inputs may add up to, from all sources."
+    )
     download_timeout_s: float = Field(
         60.0, description="Time limit for one URL download, in seconds."
+    )
+    fetch_timeout_s: float = Field(
+        600.0, description="Time limit for fetching all of one job's inputs, in seconds."
+    )
+    render_timeout_s: float = Field(
+        60.0, gt=0, description="Time limit for decoding or rendering one page, in seconds."
+    )
+    render_processes: int = Field(
+        0, ge=0, description="Processes that decode and render pages; 0 = one per CPU core."
+    )
+    render_memory_mb: int = Field(
+        4096, ge=0, description="Address-space limit of each render process (0 = none), MB."
     )
     allow_private_urls: bool = Field(
         False,
@@ -122,7 +149,12 @@ class Settings(BaseSettings):
     vllm_python: str = Field(
         "python3", description="Interpreter of the environment that has vLLM installed."
     )
-    vllm_port: int = Field(8000, description="Loopback port of the vLLM server.")
+    vllm_port: int = Field(
+        0,
+        ge=0,
+        description="Loopback port of the vLLM server; 0 = a free port. A port that is taken "
+        "is refused, so the worker never talks to a server it did not start.",
+    )
     vllm_startup_timeout_s: float = Field(
         900.0, description="Time allowed from spawning the server to a healthy warm engine."
     )

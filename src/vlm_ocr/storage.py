@@ -8,6 +8,10 @@ Key layout, relative to the store's root (the output folder, or `BUCKET_PREFIX/`
 
 `<prefix>` is the job's `output_prefix`, or its RunPod job id. Reported keys are the real object
 keys (in a bucket they start with `BUCKET_PREFIX/`).
+
+A page object carries a `PageRecord` (its image hash and engine fingerprint): a re-run reuses the
+stored text only when both match. Reading a job's inputs from the bucket is a separate, smaller
+interface (`BucketInputs`). Both raise `StorageError`; the caller decides what it means to a user.
 """
 
 from __future__ import annotations
@@ -16,11 +20,12 @@ import asyncio
 import json
 import os
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
-from .errors import InputError, StorageError
+from .errors import StorageError
 
 TEXT_TYPE = "text/markdown; charset=utf-8"
 JSON_TYPE = "application/json"
@@ -41,8 +46,34 @@ class JobKeys:
         return f"{self.prefix}/manifest.json"
 
 
+@dataclass(frozen=True)
+class PageRecord:
+    """What decided a stored page's text: the page's pixels and the engine fingerprint."""
+
+    image_sha256: str
+    fingerprint: str
+    chars: int
+
+    def metadata(self) -> dict[str, str]:
+        return {
+            "image-sha256": self.image_sha256,
+            "fingerprint": self.fingerprint,
+            "chars": str(self.chars),
+        }
+
+    @classmethod
+    def from_metadata(cls, meta: dict[str, str] | None) -> PageRecord | None:
+        """The record of a stored page, or None when it has none (or a broken one)."""
+        if not meta:
+            return None
+        try:
+            return cls(meta["image-sha256"], meta["fingerprint"], int(meta["chars"]))
+        except (KeyError, ValueError):
+            return None
+
+
 class Store(Protocol):
-    """An object store. Keys are relative to the store's root; metadata is str → str."""
+    """An object store for results. Keys are relative to the store's root."""
 
     kind: str
     #: prepended to every job's result keys (the bucket's BUCKET_PREFIX)
@@ -51,15 +82,11 @@ class Store(Protocol):
     def uri(self, key: str) -> str: ...
 
     async def put(
-        self, key: str, data: bytes, content_type: str, metadata: dict[str, str] | None = None
+        self, key: str, data: bytes, content_type: str, record: PageRecord | None = None
     ) -> None: ...
 
-    async def head(self, key: str) -> dict[str, str] | None:
-        """The object's metadata, or None when there is no such object."""
-        ...
-
-    async def get(self, key: str, *, max_bytes: int, field: str) -> bytes:
-        """Read an input object; errors are InputErrors naming `field`."""
+    async def record(self, key: str) -> PageRecord | None:
+        """The stored page's record, or None when there is no such page or it has none."""
         ...
 
     async def read_text(self, key: str) -> str: ...
@@ -73,7 +100,11 @@ async def put_json(store: Store, key: str, doc: Any) -> None:
 
 
 class LocalStore:
-    """A folder on disk. Page metadata lives beside each object in `.meta/<key>.json`."""
+    """A folder on disk. A page's record lives beside it in `.meta/<key>.json`.
+
+    Writing a page removes its old record first and writes the new one last, so a crash between
+    the two writes leaves a page without a record (recognized again), never a record that
+    describes other text."""
 
     kind = "local"
     key_prefix = ""
@@ -94,36 +125,28 @@ class LocalStore:
         return self._path(key).as_uri()
 
     async def put(
-        self, key: str, data: bytes, content_type: str, metadata: dict[str, str] | None = None
+        self, key: str, data: bytes, content_type: str, record: PageRecord | None = None
     ) -> None:
-        await asyncio.to_thread(self._put, key, data, metadata)
+        await asyncio.to_thread(self._put, key, data, record)
 
-    def _put(self, key: str, data: bytes, metadata: dict[str, str] | None) -> None:
+    def _put(self, key: str, data: bytes, record: PageRecord | None) -> None:
         try:
-            _atomic_write(self._path(key), data)
             meta = self._meta_path(key)
-            if metadata:
-                _atomic_write(meta, json.dumps(metadata).encode())
-            else:
-                meta.unlink(missing_ok=True)
+            meta.unlink(missing_ok=True)
+            _atomic_write(self._path(key), data)
+            if record is not None:
+                _atomic_write(meta, json.dumps(record.metadata()).encode())
         except OSError as exc:
             raise StorageError(f"cannot write {key} under {self.root}: {exc}") from None
 
-    async def head(self, key: str) -> dict[str, str] | None:
+    async def record(self, key: str) -> PageRecord | None:
         path, meta = self._path(key), self._meta_path(key)
         if not path.is_file():
             return None
         try:
-            return json.loads(meta.read_text()) if meta.is_file() else {}
+            return PageRecord.from_metadata(json.loads(meta.read_text()))
         except (OSError, ValueError):
-            return {}
-
-    async def get(self, key: str, *, max_bytes: int, field: str) -> bytes:
-        raise InputError(
-            field,
-            "inputs named by `key` are read from the bucket, and no bucket is configured; "
-            "set BUCKET_NAME and its credentials, or send `base64` or `url`",
-        )
+            return None
 
     async def read_text(self, key: str) -> str:
         try:
@@ -135,12 +158,22 @@ class LocalStore:
         return None
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_FILE_MODE = 0o666 & ~_umask()  # what open() would give; mkstemp alone gives 0600
+
+
 def _atomic_write(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
+        os.chmod(tmp, _FILE_MODE)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -151,6 +184,16 @@ def _atomic_write(path: Path, data: bytes) -> None:
 
 # Errors that mean "these credentials may not do this", as R2 and S3 word them.
 _AUTH_CODES = {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "Forbidden", "403"}
+_MISSING_CODES = {"404", "NoSuchKey", "NotFound"}
+_CHUNK = 1 << 20
+
+
+class ObjectMissing(StorageError):
+    """There is no object under the key."""
+
+
+class ObjectTooLarge(StorageError):
+    """The object is larger than the caller allows."""
 
 
 def r2_config(max_attempts: int, connect_timeout: float, read_timeout: float) -> Any:
@@ -172,25 +215,17 @@ def r2_config(max_attempts: int, connect_timeout: float, read_timeout: float) ->
     )
 
 
-class S3Store:
-    """Objects in an S3-compatible bucket. Result keys carry `key_prefix`; input keys are used
-    as given. boto3 is synchronous, so calls run on a thread pool of their own."""
+class Bucket:
+    """A boto3 client bound to one bucket. boto3 is synchronous, so calls run on a thread pool
+    of their own; failures become StorageErrors that say what to check."""
 
-    kind = "s3"
-
-    def __init__(
-        self, client: Any, bucket: str, *, prefix: str = "", presign_expires_s: int = 3600
-    ) -> None:
-        from concurrent.futures import ThreadPoolExecutor
-
+    def __init__(self, client: Any, name: str) -> None:
         self.client = client
-        self.bucket = bucket
-        self.key_prefix = f"{prefix.strip('/')}/" if prefix.strip("/") else ""
-        self.presign_expires_s = presign_expires_s
+        self.name = name
         self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="s3")
 
     @classmethod
-    def from_settings(cls, settings: Any) -> S3Store:
+    def from_settings(cls, settings: Any) -> Bucket:
         import boto3
 
         client = boto3.client(
@@ -204,96 +239,132 @@ class S3Store:
                 settings.bucket_read_timeout_s,
             ),
         )
-        return cls(
-            client,
-            settings.bucket_name,
-            prefix=settings.bucket_prefix,
-            presign_expires_s=settings.presign_expires_s,
-        )
+        return cls(client, settings.bucket_name)
 
-    def uri(self, key: str) -> str:
-        return f"s3://{self.bucket}/{key}"
+    async def run(self, fn: Any, /, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
-    async def _call(self, fn: Any, /, **kwargs: Any) -> Any:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, lambda: fn(Bucket=self.bucket, **kwargs))
-
-    async def put(
-        self, key: str, data: bytes, content_type: str, metadata: dict[str, str] | None = None
-    ) -> None:
+    async def call(self, op: str, key: str, fn: Any, /, **kwargs: Any) -> Any:
         try:
-            await self._call(
-                self.client.put_object,
-                Key=key,
-                Body=data,
-                ContentType=content_type,
-                Metadata=metadata or {},
-            )
+            return await self.run(lambda: fn(Bucket=self.name, Key=key, **kwargs))
         except Exception as exc:
-            raise StorageError(self._explain("PUT", key, exc)) from None
+            raise self.error(op, key, exc) from None
 
-    async def head(self, key: str) -> dict[str, str] | None:
-        try:
-            resp = await self._call(self.client.head_object, Key=key)
-        except Exception as exc:
-            if _code(exc) in {"404", "NoSuchKey", "NotFound"}:
-                return None
-            raise StorageError(self._explain("HEAD", key, exc)) from None
-        return dict(resp.get("Metadata") or {})
-
-    async def read_text(self, key: str) -> str:
-        try:
-            resp = await self._call(self.client.get_object, Key=key)
-            body = await asyncio.get_running_loop().run_in_executor(self._pool, resp["Body"].read)
-        except Exception as exc:
-            raise StorageError(self._explain("GET", key, exc)) from None
-        return body.decode("utf-8")
-
-    async def get(self, key: str, *, max_bytes: int, field: str) -> bytes:
-        try:
-            head = await self._call(self.client.head_object, Key=key)
-            size = int(head.get("ContentLength") or 0)
-            if size > max_bytes:
-                raise InputError(
-                    field,
-                    f"s3://{self.bucket}/{key} is {size / 1e6:.1f} MB, over the "
-                    f"{max_bytes / 1e6:g} MB limit (MAX_DOWNLOAD_BYTES)",
-                )
-            resp = await self._call(self.client.get_object, Key=key)
-            return await asyncio.get_running_loop().run_in_executor(self._pool, resp["Body"].read)
-        except InputError:
-            raise
-        except Exception as exc:
-            code = _code(exc)
-            if code in {"404", "NoSuchKey", "NotFound"}:
-                raise InputError(
-                    field, f"no object {key!r} in bucket {self.bucket!r}; upload it first"
-                ) from None
-            raise InputError(field, self._explain("GET", key, exc)) from None
-
-    async def presign(self, key: str) -> str | None:
-        return await asyncio.get_running_loop().run_in_executor(
-            self._pool,
-            lambda: self.client.generate_presigned_url(
-                "get_object",
-                Params={"Bucket": self.bucket, "Key": key},
-                ExpiresIn=self.presign_expires_s,
-            ),
-        )
-
-    def _explain(self, op: str, key: str, exc: Exception) -> str:
+    def error(self, op: str, key: str, exc: Exception) -> StorageError:
         code = _code(exc)
-        where = f"{op} s3://{self.bucket}/{key}"
+        where = f"{op} s3://{self.name}/{key}"
+        if code in _MISSING_CODES:
+            return ObjectMissing(f"no object {key!r} in bucket {self.name!r}")
         if code in _AUTH_CODES:
-            return (
+            return StorageError(
                 f"{where}: access denied ({code}); check BUCKET_ACCESS_KEY_ID, "
                 "BUCKET_SECRET_ACCESS_KEY and the token's permissions on this bucket"
             )
         if code == "NoSuchBucket":
-            return f"{where}: bucket {self.bucket!r} does not exist (BUCKET_NAME)"
+            return StorageError(f"{where}: bucket {self.name!r} does not exist (BUCKET_NAME)")
         if code is None:
-            return f"{where}: the bucket could not be reached ({exc.__class__.__name__}: {exc})"
-        return f"{where}: {code} after retries ({exc})"
+            return StorageError(
+                f"{where}: the bucket could not be reached ({exc.__class__.__name__})"
+            )
+        return StorageError(f"{where}: {code} after retries ({exc})")
+
+
+class S3Store:
+    """Result objects in an S3-compatible bucket, under `key_prefix`."""
+
+    kind = "s3"
+
+    def __init__(self, bucket: Bucket, *, prefix: str = "", presign_expires_s: int = 3600) -> None:
+        self.bucket = bucket
+        self.key_prefix = f"{prefix.strip('/')}/" if prefix.strip("/") else ""
+        self.presign_expires_s = presign_expires_s
+
+    @classmethod
+    def from_settings(cls, settings: Any, bucket: Bucket | None = None) -> S3Store:
+        return cls(
+            bucket or Bucket.from_settings(settings),
+            prefix=settings.bucket_prefix,
+            presign_expires_s=settings.presign_expires_s,
+        )
+
+    @property
+    def client(self) -> Any:
+        return self.bucket.client
+
+    def uri(self, key: str) -> str:
+        return f"s3://{self.bucket.name}/{key}"
+
+    async def put(
+        self, key: str, data: bytes, content_type: str, record: PageRecord | None = None
+    ) -> None:
+        metadata = record.metadata() if record else {}
+        await self.bucket.call(
+            "PUT",
+            key,
+            self.client.put_object,
+            Body=data,
+            ContentType=content_type,
+            Metadata=metadata,
+        )
+
+    async def record(self, key: str) -> PageRecord | None:
+        try:
+            resp = await self.bucket.call("HEAD", key, self.client.head_object)
+        except ObjectMissing:
+            return None
+        return PageRecord.from_metadata(dict(resp.get("Metadata") or {}))
+
+    async def read_text(self, key: str) -> str:
+        resp = await self.bucket.call("GET", key, self.client.get_object)
+        try:
+            body = await self.bucket.run(resp["Body"].read)
+        except Exception as exc:
+            raise self.bucket.error("GET", key, exc) from None
+        return body.decode("utf-8")
+
+    async def presign(self, key: str) -> str | None:
+        return await self.bucket.run(
+            lambda: self.client.generate_presigned_url(
+                "get_object",
+                Params={"Bucket": self.bucket.name, "Key": key},
+                ExpiresIn=self.presign_expires_s,
+            )
+        )
+
+
+class BucketInputs:
+    """Job inputs named by `key`: streamed from the bucket into a file, never whole in memory."""
+
+    def __init__(self, bucket: Bucket) -> None:
+        self.bucket = bucket
+
+    def uri(self, key: str) -> str:
+        return f"s3://{self.bucket.name}/{key}"
+
+    async def fetch(self, key: str, dest: BinaryIO, max_bytes: int) -> int:
+        """Copy the object into `dest`; returns its size. ObjectMissing, ObjectTooLarge or
+        StorageError when it cannot."""
+        head = await self.bucket.call("HEAD", key, self.bucket.client.head_object)
+        size = int(head.get("ContentLength") or 0)
+        if size > max_bytes:
+            raise ObjectTooLarge(f"{self.uri(key)} is {size / 1e6:.1f} MB")
+        resp = await self.bucket.call("GET", key, self.bucket.client.get_object)
+
+        def copy() -> int:
+            written = 0
+            for chunk in resp["Body"].iter_chunks(_CHUNK):
+                written += len(chunk)
+                if written > max_bytes:
+                    raise ObjectTooLarge(f"{self.uri(key)} is over {max_bytes / 1e6:g} MB")
+                dest.write(chunk)
+            return written
+
+        try:
+            return await self.bucket.run(copy)
+        except StorageError:
+            raise
+        except Exception as exc:
+            raise self.bucket.error("GET", key, exc) from None
 
 
 def _code(exc: Exception) -> str | None:

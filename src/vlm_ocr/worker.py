@@ -1,11 +1,13 @@
 """The job pipeline, top to bottom.
 
-    job input ─► JobInput ─► Document (PageRefs) ─► per page, concurrently:
-        render ─► stored result for this image + fingerprint? reuse it
-               ─► engine.recognize ─► store page text
-    ─► manifest ─► JobReport
+    job input ─► JobInput ─► Document (PageRefs) ─► per page, concurrently, one task each:
+        fetch + render (CPU pool) ─► stored text for these pixels + fingerprint? reuse it
+                                  ─► engine.recognize ─► store the text ─► PageReport
+    ─► Verdict (from the page reports alone) ─► manifest ─► job result
 
 Every page is independent: a page that fails is reported with its reason and the others go on.
+A page task returns one PageReport, built once at its end; a key enters it only after the write
+succeeded. The job's status comes from one function (`verdict`), for the manifest and the result.
 Pages of all jobs share one engine gate, so concurrent jobs keep the engine batched.
 """
 
@@ -18,25 +20,26 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from . import samples
-from .engines.base import Engine
+from .cpu_pool import CpuPool
+from .engines.base import Engine, Recognition
 from .errors import EngineError, InputError, PageError, StorageError
 from .prompts import Prompt, resolve
-from .render import Budget, PageImage, open_pdf
+from .render import Budget, PageImage, pdf_page_image
 from .schema import JobInput, JobReport, PageReport
 from .settings import Settings
-from .sources import Limits, PageRef, load_document
-from .storage import TEXT_TYPE, JobKeys, Store, put_json
+from .sources import Limits, PageRef, Rendering, load_document
+from .storage import TEXT_TYPE, BucketInputs, JobKeys, PageRecord, Store, put_json
 
 log = logging.getLogger(__name__)
 Progress = Callable[[dict[str, Any]], None]
 
 
 @dataclass
-class _JobState:
-    """What one job shares between its page tasks."""
+class _Job:
+    """What one job's page tasks share: its settings, and the two reasons to stop early."""
 
     job: JobInput
     keys: JobKeys
@@ -45,26 +48,93 @@ class _JobState:
     progress: Progress | None
     total: int
     done: int = 0
-    storage_error: str | None = None
+    store_error: str | None = None
     engine_error: str | None = None
+
+    def check_alive(self, engine: Engine) -> None:
+        if self.store_error:
+            raise PageError(
+                "store", f"not processed: the store failed earlier ({self.store_error})"
+            )
+        if engine.failure:
+            raise PageError("engine", f"not processed: the engine is down ({engine.failure})")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A job's status and, when it is not plainly `ok`, the error a user reads first."""
+
+    status: Literal["ok", "partial", "failed"]
+    error: str | None = None
+    refresh_worker: bool = False
+
+
+def verdict(
+    pages: list[PageReport],
+    *,
+    problems: list[str],
+    store_error: str | None,
+    engine_error: str | None,
+    manifest_error: str | None = None,
+) -> Verdict:
+    """The one place a job's status is decided, from its pages and what failed around them."""
+    ok = [p.page for p in pages if p.status == "ok"]
+    status: Literal["ok", "partial", "failed"] = (
+        "failed" if not ok else ("ok" if len(ok) == len(pages) else "partial")
+    )
+    messages = list(problems)
+    if store_error or manifest_error:
+        # A page is "ok" only once its text is stored, so the two lists follow from the status.
+        not_stored = [p.page for p in pages if p.status != "ok"]
+        messages.append(
+            f"the store failed: {store_error or manifest_error}. "
+            f"Stored pages: {_ranges(ok) or 'none'}; not stored: {_ranges(not_stored) or 'none'}"
+            + ("" if manifest_error is None else "; the manifest was not written")
+        )
+    if engine_error:
+        messages.append(f"the engine failed and this worker will be replaced: {engine_error}")
+    if status == "failed" and not messages:
+        errors = [f"page {p.page}: {p.error}" for p in pages if p.error]
+        messages.append("no page could be processed: " + "; ".join(errors[:5]))
+    if messages and status == "ok":
+        status = "partial"
+    return Verdict(status, " | ".join(messages) or None, bool(engine_error))
 
 
 class Worker:
-    """Holds the started engine and the store; runs jobs, several at once."""
+    """Holds the started engine, the store and the CPU pool; runs jobs, several at once."""
 
-    def __init__(self, settings: Settings, engine: Engine, store: Store) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        engine: Engine,
+        store: Store,
+        *,
+        inputs: BucketInputs | None = None,
+        pool: CpuPool | None = None,
+    ) -> None:
         self.settings = settings
         self.engine = engine
         self.store = store
-        size = settings.max_concurrent_pages or engine.default_concurrency
-        self.engine_gate = asyncio.Semaphore(size)
-        self.engine_slots = size
+        self.inputs = inputs
+        self._own_pool = pool is None
+        self.pool = pool or CpuPool(
+            settings.render_processes, memory_limit_mb=settings.render_memory_mb
+        )
+        self.rendering = Rendering(
+            self.pool, timeout_s=settings.render_timeout_s, decode_pixels=settings.decode_pixels
+        )
+        self.engine_slots = settings.max_concurrent_pages or engine.default_concurrency
+        self.engine_gate = asyncio.Semaphore(self.engine_slots)
+        self._prefixes: set[str] = set()  # result prefixes of the jobs running now
 
     # --- cold start -----------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Start the engine and check it with a real rendered page before any job."""
+        """Start the CPU pool and the engine; check the engine with a real page before any job."""
         t0 = time.perf_counter()
+        if self._own_pool:
+            await self.pool.start()
         await self.engine.start(warmup_page(self.budget()))
         log.info(
             "engine ready in %.1f s: %s",
@@ -74,11 +144,30 @@ class Worker:
 
     async def close(self) -> None:
         await self.engine.close()
+        if self._own_pool:
+            await self.pool.close()
+
+    def terminate(self) -> None:
+        """End every child process now (the worker got SIGTERM or SIGINT)."""
+        self.engine.terminate()
+        self.pool.terminate()
 
     def budget(self, job: JobInput | None = None) -> Budget:
         if job is not None and (job.max_pixels or job.max_side):
             return Budget(job.max_pixels or self.settings.max_pixels, job.max_side)
         return Budget(self.settings.max_pixels)
+
+    def limits(self) -> Limits:
+        s = self.settings
+        return Limits(
+            max_bytes=s.max_download_bytes,
+            max_job_bytes=s.max_job_bytes,
+            timeout_s=s.download_timeout_s,
+            fetch_timeout_s=s.fetch_timeout_s,
+            allow_private_urls=s.allow_private_urls,
+            max_image_pixels=s.max_image_pixels,
+            max_pages=s.max_pages_per_job,
+        )
 
     def engine_facts(self) -> dict[str, Any]:
         facts = self.engine.facts
@@ -97,29 +186,37 @@ class Worker:
         self, job_id: str, raw_input: Any, progress: Progress | None = None
     ) -> dict[str, Any]:
         """Run one job; the result is JSON-ready. A failed job carries an `error` key."""
-        t0 = time.perf_counter()
         try:
             job = JobInput.parse(raw_input, max_pages=self.settings.max_pages_per_job)
         except InputError as exc:
             return {"error": str(exc)}
+        prefix = self.store.key_prefix + (job.output_prefix or job_id)
+        if prefix in self._prefixes:
+            return {
+                "error": f"input.output_prefix: another job on this worker is writing {prefix!r} "
+                "now; wait for it to finish or use another prefix"
+            }
+        self._prefixes.add(prefix)
+        try:
+            return await self._run(job_id, job, JobKeys(prefix), progress)
+        finally:
+            self._prefixes.discard(prefix)
+
+    async def _run(
+        self, job_id: str, job: JobInput, keys: JobKeys, progress: Progress | None
+    ) -> dict[str, Any]:
+        t0 = time.perf_counter()
         prompt = resolve(job.prompt, job.custom_prompt, self.settings.default_prompt)
         fingerprint = self.engine.fingerprint(prompt)
-        keys = JobKeys(self.store.key_prefix + (job.output_prefix or job_id))
-
         try:
-            document = await load_document(job, self.budget(job), self._limits(), self.store)
+            document = await load_document(
+                job, self.budget(job), self.limits(), self.inputs, self.rendering
+            )
         except InputError as exc:
             return {"error": str(exc)}
         loaded = time.perf_counter()
 
-        state = _JobState(
-            job=job,
-            keys=keys,
-            prompt=prompt,
-            fingerprint_id=_digest(fingerprint),
-            progress=progress,
-            total=len(document.pages),
-        )
+        state = _Job(job, keys, prompt, _digest(fingerprint), progress, len(document.pages))
         job_gate = asyncio.Semaphore(self.settings.job_max_concurrent_pages)
 
         async def bounded(ref: PageRef) -> PageReport:
@@ -132,143 +229,163 @@ class Worker:
             document.close()
         recognized = time.perf_counter()
 
+        def judge(manifest_error: str | None = None) -> Verdict:
+            return verdict(
+                pages,
+                problems=document.problems,
+                store_error=state.store_error,
+                engine_error=state.engine_error or self.engine.failure,
+                manifest_error=manifest_error,
+            )
+
+        first = judge()
         report = JobReport(
             job_id=job_id,
-            status=_status(pages),
+            status=first.status,
+            error=first.error,
             store=self.store.kind,
             prefix=keys.prefix,
             manifest_key=keys.manifest,
             pages=sorted(pages, key=lambda p: p.page),
             totals=_totals(pages),
-            timings={},
+            timings={"load_s": round(loaded - t0, 3), "pages_s": round(recognized - loaded, 3)},
             engine=self.engine_facts(),
             fingerprint={**fingerprint, "id": state.fingerprint_id},
-            notes=self._notes(job, prompt),
-            errors=[f"page {p.page}: {p.error}" for p in pages if p.error],
+            notes=self._notes(prompt) + document.notes,
+            errors=document.problems + [f"page {p.page}: {p.error}" for p in pages if p.error],
         )
-        manifest_error = await self._write_manifest(report, loaded - t0, recognized - loaded)
+        manifest_error = await self._write_manifest(report)
+        final = judge(manifest_error)
+        report.status, report.error = final.status, final.error
+        if manifest_error:
+            report.manifest_key = None
         report.timings["total_s"] = round(time.perf_counter() - t0, 3)
-        return await self._result(report, state, manifest_error)
-
-    def _limits(self) -> Limits:
-        s = self.settings
-        return Limits(
-            max_bytes=s.max_download_bytes,
-            timeout_s=s.download_timeout_s,
-            allow_private_urls=s.allow_private_urls,
-            max_image_pixels=s.max_image_pixels,
-            max_pages=s.max_pages_per_job,
-        )
+        return await self._result(report, final, job)
 
     # --- one page -------------------------------------------------------------------------------
 
-    async def _page(self, ref: PageRef, st: _JobState) -> PageReport:
-        report = PageReport(page=ref.number, source=ref.source, status="failed")
+    async def _page(self, ref: PageRef, job: _Job) -> PageReport:
+        """Everything one page goes through; returns its report, built once at the end."""
         t0 = time.perf_counter()
+        timings: dict[str, float] = {}
+        image: PageImage | None = None
+        rec: Recognition | None = None
+        key = partial_key = text = None
+        chars = 0
+        reused = False
+        error: PageError | None = None
         try:
-            if ref.error is not None:
-                raise ref.error
-            assert ref.render is not None
-            image = await asyncio.to_thread(ref.render)
-            report.image_sha256, report.width, report.height = (
-                image.sha256,
-                image.width,
-                image.height,
-            )
-            report.timings["render_s"] = round(time.perf_counter() - t0, 4)
-            self._check_job_alive(st)
-            if not await self._reuse(report, st):
-                await self._recognize_and_store(image, report, st)
+            job.check_alive(self.engine)
+            image = await ref.image()
+            timings["render_s"] = _since(t0)
+            job.check_alive(self.engine)
+            record = PageRecord(image.sha256, job.fingerprint_id, 0)
+            stored = await self._stored(job.keys.page(ref.number), record, job)
+            if stored is not None:
+                key, reused = job.keys.page(ref.number), True
+                chars, text = stored
+            else:
+                rec = await self._recognize(image, job, timings)
+                t_store = time.perf_counter()
+                if rec.ok:
+                    record = PageRecord(image.sha256, job.fingerprint_id, len(rec.text))
+                    key = await self._put(job.keys.page(ref.number), rec.text, record, job)
+                    chars, text = len(rec.text), rec.text
+                else:
+                    chars = len(rec.text)
+                    partial_key, unsaved = await self._put_partial(ref.number, rec, job)
+                    raise PageError(
+                        "engine", (rec.problem or f"stopped by {rec.finish_reason}") + unsaved
+                    )
+                timings["store_s"] = _since(t_store)
         except PageError as exc:
-            report.error, report.error_stage = exc.message, exc.stage
+            error = exc
         except Exception as exc:  # a bug must fail this page, not the job's other pages
             log.exception("page %s failed unexpectedly", ref.number)
-            report.error, report.error_stage = f"unexpected error: {exc!r}", "internal"
-        report.timings["total_s"] = round(time.perf_counter() - t0, 4)
-        st.done += 1
-        if st.progress is not None:
-            st.progress(
-                {"done": st.done, "total": st.total, "page": ref.number, "status": report.status}
+            error = PageError("internal", f"internal error ({type(exc).__name__}); see the log")
+        timings["total_s"] = _since(t0)
+        report = PageReport(
+            page=ref.number,
+            source=ref.source,
+            status="failed" if error else "ok",
+            key=key,
+            partial_key=partial_key,
+            chars=chars,
+            reused=reused,
+            image_sha256=image.sha256 if image else None,
+            width=image.width if image else None,
+            height=image.height if image else None,
+            finish_reason=rec.finish_reason if rec else None,
+            attempts=rec.attempts if rec else 0,
+            prompt_tokens=rec.prompt_tokens if rec else None,
+            output_tokens=rec.output_tokens if rec else None,
+            timings=timings,
+            error=error.message if error else None,
+            error_stage=error.stage if error else None,
+            text=text if job.job.return_text and not error else None,
+        )
+        job.done += 1
+        if job.progress is not None:
+            job.progress(
+                {"done": job.done, "total": job.total, "page": ref.number, "status": report.status}
             )
         return report
 
-    def _check_job_alive(self, st: _JobState) -> None:
-        if st.storage_error:
-            raise PageError(
-                "store", f"not processed: the store failed earlier ({st.storage_error})"
-            )
-        failure = self.engine.failure
-        if failure:
-            raise PageError("engine", f"not processed: the engine is down ({failure})")
-
-    async def _reuse(self, report: PageReport, st: _JobState) -> bool:
-        """Reuse the stored text when it was made from the same pixels by the same engine."""
-        key = st.keys.page(report.page)
+    async def _stored(self, key: str, want: PageRecord, job: _Job) -> tuple[int, str | None] | None:
+        """(characters, text if the job returns text) of the stored page, when it was made from
+        the same pixels by the same engine; None when it must be recognized."""
         try:
-            meta = await self.store.head(key)
-            if not meta or meta.get("image-sha256") != report.image_sha256:
-                return False
-            if meta.get("fingerprint") != st.fingerprint_id:
-                return False
-            if st.job.return_text:
-                report.text = await self.store.read_text(key)
+            have = await self.store.record(key)
+            if have is None or (have.image_sha256, have.fingerprint) != (
+                want.image_sha256,
+                want.fingerprint,
+            ):
+                return None
+            return have.chars, (await self.store.read_text(key) if job.job.return_text else None)
         except StorageError as exc:
-            st.storage_error = str(exc)
+            job.store_error = str(exc)
             raise PageError("store", str(exc)) from None
-        report.status, report.key, report.reused = "ok", key, True
-        report.chars = int(meta.get("chars", 0))
-        return True
 
-    async def _recognize_and_store(
-        self, image: PageImage, report: PageReport, st: _JobState
-    ) -> None:
+    async def _recognize(
+        self, image: PageImage, job: _Job, timings: dict[str, float]
+    ) -> Recognition:
         t_wait = time.perf_counter()
         async with self.engine_gate:
-            self._check_job_alive(st)
+            job.check_alive(self.engine)
+            timings["queue_s"] = _since(t_wait)
             t_engine = time.perf_counter()
             try:
-                rec = await self.engine.recognize(image, st.prompt)
+                rec = await self.engine.recognize(image, job.prompt)
             except EngineError as exc:
                 if exc.fatal:
-                    st.engine_error = str(exc)
+                    job.engine_error = str(exc)
                 raise PageError("engine", str(exc)) from None
-        report.timings["queue_s"] = round(t_engine - t_wait, 4)
-        report.timings["engine_s"] = round(time.perf_counter() - t_engine, 4)
-        report.finish_reason, report.attempts = rec.finish_reason, rec.attempts
-        report.prompt_tokens, report.output_tokens = rec.prompt_tokens, rec.output_tokens
+            timings["engine_s"] = _since(t_engine)
+        return rec
 
-        t_store = time.perf_counter()
-        if rec.ok:
-            key = st.keys.page(report.page)
-            meta = {
-                "image-sha256": image.sha256,
-                "fingerprint": st.fingerprint_id,
-                "chars": str(len(rec.text)),
-            }
-            await self._put(key, rec.text, meta, st)
-            report.status, report.key, report.chars = "ok", key, len(rec.text)
-            if st.job.return_text:
-                report.text = rec.text
-        else:
-            if rec.text:
-                report.partial_key = st.keys.partial(report.page)
-                await self._put(report.partial_key, rec.text, None, st)
-            report.chars = len(rec.text)
-            report.timings["store_s"] = round(time.perf_counter() - t_store, 4)
-            raise PageError("engine", rec.problem or f"stopped by {rec.finish_reason}")
-        report.timings["store_s"] = round(time.perf_counter() - t_store, 4)
-
-    async def _put(self, key: str, text: str, meta: dict[str, str] | None, st: _JobState) -> None:
+    async def _put(self, key: str, text: str, record: PageRecord | None, job: _Job) -> str:
+        """Store a text; returns its key once it is written."""
         try:
-            await self.store.put(key, text.encode("utf-8"), TEXT_TYPE, meta)
+            await self.store.put(key, text.encode("utf-8"), TEXT_TYPE, record)
         except StorageError as exc:
-            st.storage_error = str(exc)
+            job.store_error = str(exc)
             raise PageError("store", f"not stored: {exc}") from None
+        return key
+
+    async def _put_partial(
+        self, number: int, rec: Recognition, job: _Job
+    ) -> tuple[str | None, str]:
+        """Keep the best partial text of a failed page apart; (its key, '') or (None, why not)."""
+        if not rec.text:
+            return None, ""
+        try:
+            return await self._put(job.keys.partial(number), rec.text, None, job), ""
+        except PageError as exc:
+            return None, f"; its partial text was not stored ({exc.message})"
 
     # --- the end of a job -----------------------------------------------------------------------
 
-    async def _write_manifest(self, report: JobReport, load_s: float, pages_s: float) -> str | None:
-        report.timings.update(load_s=round(load_s, 3), pages_s=round(pages_s, 3))
+    async def _write_manifest(self, report: JobReport) -> str | None:
         manifest = report.model_dump(mode="json", exclude_none=True, exclude={"manifest_url"})
         for page in manifest["pages"]:
             page.pop("text", None)
@@ -277,42 +394,22 @@ class Worker:
         try:
             await put_json(self.store, report.manifest_key or "", manifest)
         except StorageError as exc:
-            report.manifest_key = None
             return str(exc)
-        report.timings["manifest_s"] = round(time.perf_counter() - t0, 3)
+        report.timings["manifest_s"] = _since(t0)
         return None
 
-    async def _result(
-        self, report: JobReport, st: _JobState, manifest_error: str | None
-    ) -> dict[str, Any]:
-        if report.manifest_key and st.job.presign_urls:
+    async def _result(self, report: JobReport, final: Verdict, job: JobInput) -> dict[str, Any]:
+        if report.manifest_key and job.presign_urls:
             report.manifest_url = await self.store.presign(report.manifest_key)
             for page in report.pages:
                 if page.key:
                     page.url = await self.store.presign(page.key)
         out = report.model_dump(mode="json", exclude_none=True)
-        problems = []
-        if st.storage_error or manifest_error:
-            # A page is "ok" only once its text is stored, so the two lists follow from the status.
-            stored = [p.page for p in report.pages if p.status == "ok"]
-            not_stored = [p.page for p in report.pages if p.status != "ok"]
-            problems.append(
-                f"the store failed: {st.storage_error or manifest_error}. "
-                f"Stored pages: {_ranges(stored) or 'none'}; not stored: {_ranges(not_stored)}"
-                + ("" if manifest_error is None else "; the manifest was not written")
-            )
-        engine_error = st.engine_error or self.engine.failure
-        if engine_error:
-            problems.append(f"the engine failed and this worker will be replaced: {engine_error}")
+        if final.refresh_worker:
             out["refresh_worker"] = True
-        if report.status == "failed" and not problems:
-            problems.append("no page could be processed: " + "; ".join(report.errors[:5]))
-        if problems:
-            out["status"] = "failed" if report.status == "failed" else "partial"
-            out["error"] = " | ".join(problems)
         return out
 
-    def _notes(self, job: JobInput, prompt: Prompt) -> list[str]:
+    def _notes(self, prompt: Prompt) -> list[str]:
         if self.engine.facts.uses_prompt:
             return []
         return [
@@ -323,20 +420,15 @@ class Worker:
 
 def warmup_page(budget: Budget) -> PageImage:
     """A real page, rendered as a job's page would be, to warm and check the engine."""
-    pdf = open_pdf(samples.pdf_from_pages(samples.LEGAL_PAGES[:1]))
-    try:
-        return pdf.render(1, budget)
-    finally:
-        pdf.close()
+    return pdf_page_image(samples.pdf_from_pages(samples.LEGAL_PAGES[:1]), 1, budget)
+
+
+def _since(t0: float) -> float:
+    return round(time.perf_counter() - t0, 4)
 
 
 def _digest(doc: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def _status(pages: list[PageReport]) -> str:
-    ok = sum(p.status == "ok" for p in pages)
-    return "ok" if ok == len(pages) else ("failed" if ok == 0 else "partial")
 
 
 def _totals(pages: list[PageReport]) -> dict[str, int]:
@@ -353,10 +445,10 @@ def _totals(pages: list[PageReport]) -> dict[str, int]:
 
 def _ranges(numbers: list[int]) -> str:
     """[1,2,3,5] -> '1-3,5'."""
-    out: list[str] = []
-    for n in numbers:
-        if out and n == int(out[-1].split("-")[-1]) + 1:
-            out[-1] = f"{out[-1].split('-')[0]}-{n}"
+    out: list[list[int]] = []
+    for n in sorted(numbers):
+        if out and n == out[-1][1] + 1:
+            out[-1][1] = n
         else:
-            out.append(str(n))
-    return ",".join(out)
+            out.append([n, n])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in out)

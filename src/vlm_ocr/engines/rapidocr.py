@@ -26,7 +26,9 @@ log = logging.getLogger(__name__)
 class RapidOcrEngine:
     default_concurrency = 1  # onnxruntime already uses every core for one page
 
-    def __init__(self) -> None:
+    def __init__(self, *, detection_order: bool = False) -> None:
+        """`detection_order` joins lines as the detector returns them: the baseline `vlm-ocr
+        eval --detection-order` compares the reading order against."""
         version = importlib.metadata.version("rapidocr")
         self.facts = EngineFacts(
             name="rapidocr",
@@ -36,8 +38,7 @@ class RapidOcrEngine:
         )
         self._ocr: Any = None
         self._lock = asyncio.Lock()
-        #: join lines as the detector returns them (the baseline `vlm-ocr eval` compares against)
-        self.detection_order = False
+        self.detection_order = detection_order
 
     @property
     def failure(self) -> str | None:
@@ -64,7 +65,7 @@ class RapidOcrEngine:
         return Recognition(text=text, finish_reason="stop", seconds=time.perf_counter() - t0)
 
     def _read(self, page: PageImage) -> str:
-        out = self._ocr(np.asarray(page.image))
+        out = self._ocr(np.asarray(page.pil()))
         if out.boxes is None or out.txts is None:
             return ""
         if self.detection_order:
@@ -76,6 +77,9 @@ class RapidOcrEngine:
         # The CPU engine ignores the prompt, so it is not part of what decides the text.
         order = "detection" if self.detection_order else "xy-cut-4"
         return {"engine": "rapidocr", "version": self.facts.version, "reading_order": order}
+
+    def terminate(self) -> None:
+        pass
 
     async def close(self) -> None:
         self._ocr = None

@@ -18,6 +18,7 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -31,8 +32,18 @@ from ..settings import Settings
 log = logging.getLogger(__name__)
 
 NETWORK_VOLUME = Path("/runpod-volume")  # where RunPod mounts a serverless network volume
-HEALTH_INTERVAL_S = 10.0
-HEALTH_FAILURES_FATAL = 3  # consecutive failed health checks before the server is given up
+HEALTH_INTERVAL_S = 5.0  # between health checks, and the time one check may take
+HEALTH_FAILURES_FATAL = 3  # consecutive failed checks: a hung server is given up within 30 s
+# Run in the engine's interpreter before vLLM: ask the kernel to send SIGTERM to the server when
+# the worker dies, even by SIGKILL (the setting survives exec), then become the server.
+_LAUNCH = (
+    "import ctypes, os, signal, sys; "
+    "ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM); "
+    "os.getppid() == int(sys.argv[1]) or sys.exit(70); "
+    "os.execv(sys.executable, [sys.executable, *sys.argv[2:]])"
+)
+# The line of the engine's log that says why it did not start (the last one that names an error).
+_CAUSE = re.compile(r"((?:[A-Z]\w*(?:Error|Exception))|RuntimeError|ValueError): (.+)")
 LOG_TAIL_LINES = 60
 
 # Lines of vLLM's log that carry facts worth reporting.
@@ -107,10 +118,30 @@ def gpu_name() -> str:
     return "; ".join(line.strip() for line in out.splitlines() if line.strip()) or "none"
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def port_taken(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
 class VllmServer:
+    """The engine server as a child of this worker: it dies with the worker, and the worker
+    never talks to a server it did not start."""
+
+    name = "vllm"
+
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.port = settings.vllm_port
+        self.port = settings.vllm_port or free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.argv = server_argv(settings, self.port)
         self.proc: asyncio.subprocess.Process | None = None
@@ -119,12 +150,24 @@ class VllmServer:
         self.failure: str | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
-    async def start(self) -> float:
-        """Spawn the server and wait until /health answers; returns seconds taken."""
+    async def start(self) -> dict[str, Any]:
+        """Spawn the server and wait until /health answers; returns facts about the start."""
         t0 = time.perf_counter()
+        if port_taken(self.port):
+            raise EngineError(
+                f"port {self.port} (VLLM_PORT) is already taken by another process, perhaps an "
+                "engine left over from an earlier worker; stop it, or set VLLM_PORT=0 to pick a "
+                "free port",
+                fatal=True,
+            )
         log.info("starting engine: %s", shlex.join(self.argv))
+        python, *rest = self.argv
         self.proc = await asyncio.create_subprocess_exec(
-            *self.argv,
+            python,
+            "-c",
+            _LAUNCH,
+            str(os.getpid()),
+            *rest,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
@@ -136,6 +179,8 @@ class VllmServer:
         async with httpx.AsyncClient(timeout=5) as client:
             while True:
                 if self.proc.returncode is not None:
+                    with contextlib.suppress(TimeoutError):  # read the log to its end first
+                        await asyncio.wait_for(asyncio.shield(self._tasks[0]), 5)
                     raise EngineError(self._exit_reason("while starting"), fatal=True)
                 with contextlib.suppress(httpx.HTTPError):
                     if (await client.get(self.base_url + "/health")).status_code == 200:
@@ -152,8 +197,13 @@ class VllmServer:
             with contextlib.suppress(httpx.HTTPError, ValueError):
                 version = (await client.get(self.base_url + "/version")).json()
                 self.facts["vllm_version"] = version.get("version")
+        if self.proc.returncode is not None:  # healthy, but not ours: it exited meanwhile
+            raise EngineError(self._exit_reason("while starting"), fatal=True)
         self._tasks.append(asyncio.create_task(self._watch()))
-        return time.perf_counter() - t0
+        self.facts["spawn_to_healthy_s"] = round(time.perf_counter() - t0, 2)
+        self.facts["argv"] = self.argv[1:]
+        self.facts["pid"] = self.proc.pid
+        return dict(self.facts)
 
     def child_env(self) -> dict[str, str]:
         """The server's environment: ours, the hub settings, and a compile cache on the network
@@ -197,8 +247,8 @@ class VllmServer:
                 misses = 0 if ok else misses + 1
                 if misses >= HEALTH_FAILURES_FATAL:
                     self.failure = (
-                        f"the vLLM server stopped answering /health for "
-                        f"{misses * HEALTH_INTERVAL_S:.0f} s; it was stopped"
+                        f"the vLLM server stopped answering /health ({misses} checks in a row, "
+                        f"{misses * 2 * HEALTH_INTERVAL_S:.0f} s at most); it was stopped"
                     )
                     log.error(self.failure)
                     await self.stop()
@@ -212,10 +262,42 @@ class VllmServer:
         hint = ""
         if code in (-signal.SIGKILL, 137):
             hint = " (killed: out of memory is the usual cause)"
-        return f"the vLLM server exited {when} with code {code}{hint}"
+        cause = next((m.group(0) for line in reversed(self.tail) if (m := _CAUSE.search(line))), "")
+        return f"the vLLM server exited {when} with code {code}{hint}" + (
+            f": {cause[:400]}" if cause else ""
+        )
+
+    async def gone_after_error(self) -> bool:
+        """After a failed request: did the server process go away (give it a moment to exit)?"""
+        if self.failure:
+            return True
+        assert self.proc is not None
+        try:
+            await asyncio.wait_for(asyncio.shield(self.proc.wait()), 3)
+        except TimeoutError:
+            return False
+        await asyncio.sleep(0.1)  # let the watcher record why
+        return True
 
     def log_tail(self, lines: int = 20) -> str:
         return "\n".join(list(self.tail)[-lines:])
+
+    def terminate(self, grace_s: float = 10.0) -> None:
+        """End the server's process group now, from anywhere (a signal handler included)."""
+        proc = self.proc
+        if proc is None or proc.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(proc.pid, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.1)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
 
     async def stop(self) -> None:
         for task in self._tasks:

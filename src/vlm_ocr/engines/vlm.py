@@ -12,7 +12,7 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ..errors import EngineError
 from ..prompts import PRESETS, Prompt
@@ -20,7 +20,7 @@ from ..render import PageImage
 from ..settings import Settings
 from .base import EngineFacts, Recognition
 from .chat_client import REPETITION_DETECTION, ChatClient, Completion, strip_think
-from .vllm_server import VllmServer, gpu_name
+from .vllm_server import gpu_name
 
 log = logging.getLogger(__name__)
 
@@ -41,26 +41,79 @@ def baked_record(settings: Settings) -> dict[str, Any] | None:
     return {k: doc.get(k) for k in ("repo", "revision", "resolved_commit", "bytes", "baked_at")}
 
 
-class VlmEngine:
-    def __init__(self, settings: Settings, server: VllmServer | None) -> None:
-        if server is None and not settings.openai_base_url:
+class ServerHandle(Protocol):
+    """The OpenAI-compatible server behind the engine: spawned here, or running elsewhere."""
+
+    name: str
+    base_url: str
+    failure: str | None
+
+    async def start(self) -> dict[str, Any]:
+        """Make the server ready; returns facts about it for the engine facts."""
+        ...
+
+    async def gone_after_error(self) -> bool:
+        """After a failed request: is the server gone for good?"""
+        ...
+
+    def log_tail(self, lines: int = 20) -> str: ...
+
+    def terminate(self) -> None:
+        """Stop at once, synchronously (from a signal handler)."""
+        ...
+
+    async def stop(self) -> None: ...
+
+
+class ExternalServer:
+    """A server this worker does not own (`ENGINE=openai`): never started, stopped or watched."""
+
+    name = "openai"
+    failure = None
+
+    def __init__(self, settings: Settings) -> None:
+        if not settings.openai_base_url:
             raise ValueError("ENGINE=openai needs OPENAI_BASE_URL (the server's base URL)")
+        self.base_url = settings.openai_base_url
+
+    async def start(self) -> dict[str, Any]:
+        return {}
+
+    async def gone_after_error(self) -> bool:
+        return False
+
+    def log_tail(self, lines: int = 20) -> str:
+        return "(the server runs elsewhere; see its own log)"
+
+    def terminate(self) -> None:
+        pass
+
+    async def stop(self) -> None:
+        pass
+
+
+class VlmEngine:
+    def __init__(self, settings: Settings, server: ServerHandle) -> None:
         self.settings = settings
         self.server = server
-        self.base_url = server.base_url if server else str(settings.openai_base_url)
         self.model = settings.served_model_name
         self.default_concurrency = settings.max_num_seqs
+        own = server.name == "vllm"
         self.facts = EngineFacts(
-            name="vllm" if server else "openai",
+            name=server.name,
             version="unknown",
-            model=settings.model_name if server else settings.served_model_name,
+            model=settings.model_name if own else settings.served_model_name,
             revision=settings.model_revision,
         )
         self.client: ChatClient | None = None
 
     @property
+    def base_url(self) -> str:
+        return self.server.base_url
+
+    @property
     def failure(self) -> str | None:
-        return self.server.failure if self.server else None
+        return self.server.failure
 
     def temperatures(self) -> tuple[float, ...]:
         n = self.settings.max_attempts
@@ -68,8 +121,7 @@ class VlmEngine:
 
     async def start(self, warmup: PageImage) -> None:
         details: dict[str, Any] = {"gpu": await asyncio.to_thread(gpu_name)}
-        if self.server is not None:
-            details["spawn_to_healthy_s"] = round(await self.server.start(), 2)
+        server_facts = await self.server.start()
         self.client = ChatClient(
             self.base_url,
             self.model,
@@ -79,22 +131,23 @@ class VlmEngine:
         )
         t0 = time.perf_counter()
         try:
-            png = await asyncio.to_thread(warmup.png)
-            answer = await self._ask(png, PRESETS[self.settings.default_prompt], 0.0)
+            answer = await self.ask(warmup.png, PRESETS[self.settings.default_prompt], 0.0)
         except EngineError as exc:
-            tail = f"\nlast engine log lines:\n{self.server.log_tail()}" if self.server else ""
-            raise EngineError(f"warm-up page failed: {exc}{tail}", fatal=True) from None
+            tail = self.server.log_tail()
+            raise EngineError(
+                f"warm-up page failed: {exc}\nlast engine log lines:\n{tail}", fatal=True
+            ) from None
         if not answer.output_tokens:
             raise EngineError("warm-up page came back with no output tokens", fatal=True)
         details["warmup_s"] = round(time.perf_counter() - t0, 2)
         details["warmup_finish_reason"] = answer.finish_reason
         details["warmup_prompt_tokens"] = answer.prompt_tokens
-        if self.server is not None:
-            facts = dict(self.server.facts)
-            self.facts.version = facts.pop("vllm_version", None) or "unknown"
-            facts.setdefault("gdn_prefill_kernel", "not logged (the model has no GDN layers)")
-            details |= facts
-            details["argv"] = self.server.argv[1:]
+        if server_facts:
+            self.facts.version = server_facts.pop("vllm_version", None) or "unknown"
+            server_facts.setdefault(
+                "gdn_prefill_kernel", "not logged (the model has no GDN layers)"
+            )
+            details |= server_facts
         details["kv_cache_dtype"] = self.settings.kv_cache_dtype
         baked = baked_record(self.settings)
         if baked is not None:
@@ -102,9 +155,10 @@ class VlmEngine:
             self.facts.revision = self.facts.revision or baked.get("resolved_commit")
         self.facts.details = details
 
-    async def _ask(
+    async def ask(
         self, png: bytes, prompt: Prompt, temperature: float, seed: int = 0
     ) -> Completion:
+        """One request for one page; a fatal EngineError when the server is gone."""
         assert self.client is not None, "the engine was not started"
         body = ChatClient.request_body(
             self.model,
@@ -117,21 +171,9 @@ class VlmEngine:
         try:
             return await self.client.complete(body)
         except EngineError as exc:
-            if self.server is not None and await self._server_died():
+            if await self.server.gone_after_error():
                 raise EngineError(str(self.server.failure or exc), fatal=True) from None
             raise
-
-    async def _server_died(self) -> bool:
-        """After a failed request: did the server process go away (give it a moment to exit)?"""
-        assert self.server is not None and self.server.proc is not None
-        if self.server.failure:
-            return True
-        try:
-            await asyncio.wait_for(asyncio.shield(self.server.proc.wait()), 3)
-        except TimeoutError:
-            return False
-        await asyncio.sleep(0.1)  # let the watcher record why
-        return True
 
     async def recognize(self, page: PageImage, prompt: Prompt) -> Recognition:
         if self.failure:
@@ -141,9 +183,8 @@ class VlmEngine:
         output_tokens = 0
         prompt_tokens = None
         temps = self.temperatures()
-        png = await asyncio.to_thread(page.png)  # once, however many attempts
         for attempt, temperature in enumerate(temps, 1):
-            answer = await self._ask(png, prompt, temperature, seed=attempt)
+            answer = await self.ask(page.png, prompt, temperature, seed=attempt)
             text = strip_think(answer.text)
             output_tokens += answer.output_tokens or 0
             prompt_tokens = answer.prompt_tokens
@@ -195,32 +236,10 @@ class VlmEngine:
             },
         }
 
-    async def bench_direct(
-        self, pages: list[PageImage], prompt: Prompt, concurrency: int
-    ) -> dict[str, Any]:
-        """The same pages straight to the server, same concurrency, first attempt only: the
-        baseline that shows the worker's overhead."""
-        gate = asyncio.Semaphore(concurrency)
-        latencies: list[float] = []
-
-        async def one(page: PageImage) -> None:
-            async with gate:
-                t0 = time.perf_counter()
-                await self._ask(await asyncio.to_thread(page.png), prompt, 0.0)
-                latencies.append(time.perf_counter() - t0)
-
-        t0 = time.perf_counter()
-        await asyncio.gather(*(one(p) for p in pages))
-        wall = time.perf_counter() - t0
-        return {
-            "pages": len(pages),
-            "wall_s": wall,
-            "pages_per_s": len(pages) / wall,
-            "latencies": latencies,
-        }
+    def terminate(self) -> None:
+        self.server.terminate()
 
     async def close(self) -> None:
         if self.client is not None:
             await self.client.close()
-        if self.server is not None:
-            await self.server.stop()
+        await self.server.stop()

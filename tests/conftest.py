@@ -55,10 +55,15 @@ def cpu_pool(loop: WorkerLoop) -> Iterator[CpuPool]:
     loop.run(pool.close())
 
 
-def new_worker(loop: WorkerLoop, settings: Settings, engine: object, pool: CpuPool) -> Worker:
-    """A worker on the session's loop and pool, with the store the settings select."""
+def new_worker(
+    loop: WorkerLoop, settings: Settings, engine: object, pool: CpuPool, store: object = None
+) -> Worker:
+    """A worker on the session's loop and pool, with the store the settings select (or
+    `store`)."""
 
     async def build() -> Worker:  # semaphores belong to the loop that uses them
+        if store is not None:
+            return Worker(settings, engine, store, pool=pool)  # type: ignore[arg-type]
         return build_worker(settings, engine, pool=pool)  # type: ignore[arg-type]
 
     return loop.run(build())

@@ -17,7 +17,7 @@ class LoopbackServer:
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                route = routes.get(self.path)
+                route = routes.get(self.path.split("?", 1)[0])
                 if route is None:
                     self.send_error(404)
                 else:

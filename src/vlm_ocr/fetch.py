@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import logging
 import socket
 from collections.abc import Callable
 from typing import BinaryIO
@@ -22,6 +23,9 @@ import httpx
 from .errors import InputError
 
 MAX_REDIRECTS = 5
+# httpx logs every request line with its full URL, credentials and query included.
+logging.getLogger("httpx").setLevel(logging.WARNING)
+logging.getLogger("httpcore").setLevel(logging.INFO)
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 
 

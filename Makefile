@@ -38,8 +38,13 @@ lint: $(VENV)/.test
 	$(BIN)/hadolint Dockerfile
 	$(BIN)/actionlint
 
+# The fast part (CPU engine, loopback S3 and HTTP, render processes) first, then the tests that
+# run the real vLLM server (CPU build); each prints its own time.
 test: lint $(ENGINE_VENV)/.installed
-	$(BIN)/pytest
+	@echo "== fast tests (no vLLM) =="
+	$(BIN)/pytest -m "not engine"
+	@echo "== engine tests (vLLM CPU build) =="
+	$(BIN)/pytest -m engine
 
 clean:
 	rm -rf $(VENV) output .pytest_cache .ruff_cache

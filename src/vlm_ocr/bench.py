@@ -18,7 +18,7 @@ from typing import Any
 from . import samples
 from .app import start_worker
 from .prompts import resolve
-from .render import PageImage, pdf_page_image
+from .render import Budget, PageImage, pdf_page_image
 from .settings import Settings
 
 STAGES = ("render_s", "queue_s", "engine_s", "store_s", "total_s")
@@ -156,3 +156,155 @@ def print_report(
                 f"{direct['p50']:.3f} s p95 {direct['p95']:.3f} s  "
                 f"worker/direct pages/s ratio {fig['pages_per_s'] / direct['pages_per_s']:.2f}"
             )
+
+
+# --- memory: `vlm-ocr bench --memory` ----------------------------------------------------------
+
+MEMORY_SCENARIOS = ("one-page", "64-large-images", "2000-page-pdf")
+
+
+class NullEngine:
+    """Answers every page at once with a fixed text: measures the worker, not an engine."""
+
+    default_concurrency = 64
+
+    def __init__(self) -> None:
+        from .engines.base import EngineFacts
+
+        self.facts = EngineFacts(name="null", version="0", uses_prompt=False)
+        self.failure = None
+
+    async def start(self, warmup: PageImage) -> None:
+        pass
+
+    async def recognize(self, page: PageImage, prompt: Any) -> Any:
+        from .engines.base import Recognition
+
+        return Recognition(text=f"{page.width}x{page.height}", finish_reason="stop")
+
+    def fingerprint(self, prompt: Any) -> dict[str, Any]:
+        return {"engine": "null"}
+
+    def terminate(self) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
+
+
+def _scenario_job(name: str) -> dict[str, Any]:
+    if name == "one-page":
+        pdf = samples.pdf_from_pages(samples.numbered_pages(1))
+        return {"pdf": {"base64": base64.b64encode(pdf).decode()}}
+    if name == "2000-page-pdf":
+        pdf = samples.pdf_from_pages(samples.numbered_pages(2000, lines=2))
+        return {"pdf": {"base64": base64.b64encode(pdf).decode()}}
+    import io
+
+    from PIL import Image, ImageDraw
+
+    # A 48 MP scan (just under MAX_IMAGE_PIXELS): small as a PNG, 144 MB once decoded.
+    img = Image.new("RGB", (6000, 8000), "white")
+    draw = ImageDraw.Draw(img)
+    for y in range(200, 7800, 120):
+        draw.rectangle((300, y, 5700, y + 40), fill=(20, 20, 20))
+    buf = io.BytesIO()
+    img.save(buf, format="PNG", compress_level=1)
+    src = {"base64": base64.b64encode(buf.getvalue()).decode()}
+    return {"images": [src] * 64}
+
+
+async def _memory_scenario(settings: Settings, name: str) -> dict[str, Any]:
+    import resource
+
+    from .app import build_worker
+
+    job = _scenario_job(name)
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with tempfile.TemporaryDirectory(prefix="vlm-ocr-memory-") as tmp:
+        worker = build_worker(settings, NullEngine(), out_dir=Path(tmp))
+        await worker.start()
+        t0 = time.perf_counter()
+        try:
+            result = await worker.run(name, job | {"output_prefix": name})
+        finally:
+            await worker.close()
+    wall = time.perf_counter() - t0
+    return {
+        "scenario": name,
+        "pages": result.get("totals", {}).get("pages", 0),
+        "ok": result.get("totals", {}).get("ok", 0),
+        "wall_s": wall,
+        "job_input_mb": sum(len(str(v)) for v in job.values()) / 1e6,
+        "worker_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "worker_before_job_mb": base / 1024,
+        "render_process_peak_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
+    }
+
+
+def memory_main(settings: Settings, scenario: str | None) -> int:
+    """Each scenario in a fresh process, so each peak is its own."""
+    import json
+    import subprocess
+    import sys
+
+    if scenario:
+        print(json.dumps(asyncio.run(_memory_scenario(settings, scenario))))
+        return 0
+    print(
+        f"render processes: {settings.render_processes or 'one per core'}, MAX_PIXELS "
+        f"{settings.max_pixels:,}, MAX_IMAGE_PIXELS {settings.max_image_pixels:,}, "
+        f"DECODE_PIXELS {settings.decode_pixels:,}"
+    )
+    print(
+        f"{'scenario':<18}{'pages':>7}{'ok':>6}{'wall s':>9}{'input MB':>10}"
+        f"{'worker peak MB':>16}{'render proc peak MB':>21}"
+    )
+    for name in MEMORY_SCENARIOS:
+        out = subprocess.run(
+            [sys.executable, "-m", "vlm_ocr.cli", "bench", "--memory", "--scenario", name],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        r = json.loads(out.strip().splitlines()[-1])
+        print(
+            f"{name:<18}{r['pages']:>7}{r['ok']:>6}{r['wall_s']:>9.1f}{r['job_input_mb']:>10.1f}"
+            f"{r['worker_peak_mb']:>16.0f}{r['render_process_peak_mb']:>21.0f}"
+        )
+    return 0
+
+
+def render_overhead(pages: int = 40) -> None:
+    """ms per normal page: rendered in this process, and through the render processes."""
+    from .cpu_pool import CpuPool
+    from .render import render_pdf_page
+
+    budget = Budget(Settings().max_pixels)
+    with tempfile.NamedTemporaryFile(suffix=".pdf") as fh:
+        fh.write(samples.pdf_from_pages(samples.numbered_pages(pages)))
+        fh.flush()
+        render_pdf_page(fh.name, 1, budget)  # open and warm
+        t0 = time.perf_counter()
+        for n in range(1, pages + 1):
+            render_pdf_page(fh.name, n, budget)
+        inline = (time.perf_counter() - t0) / pages
+
+        async def pooled() -> float:
+            pool = CpuPool(1)
+            await pool.start()
+            try:
+                await pool.run(render_pdf_page, fh.name, 1, budget, timeout_s=60)
+                t0 = time.perf_counter()
+                for n in range(1, pages + 1):
+                    await pool.run(render_pdf_page, fh.name, n, budget, timeout_s=60)
+                return (time.perf_counter() - t0) / pages
+            finally:
+                await pool.close()
+
+        through_pool = asyncio.run(pooled())
+    print(
+        f"render + PNG per page at {budget.max_pixels:,} px: in-process {inline * 1000:.1f} ms, "
+        f"through a render process {through_pool * 1000:.1f} ms "
+        f"(+{(through_pool - inline) * 1000:.1f} ms, none of it on the event loop)"
+    )

@@ -48,6 +48,13 @@ def main(argv: list[str] | None = None) -> int:
         help="store in an S3 server started on loopback (needs moto)",
     )
     bench.add_argument(
+        "--memory",
+        action="store_true",
+        help="print the worker's peak memory for one page, 64 large images and a 2,000-page "
+        "PDF (no engine), and the render cost per page",
+    )
+    bench.add_argument("--scenario", help=argparse.SUPPRESS)
+    bench.add_argument(
         "--direct",
         action="store_true",
         help="also send the same pages straight to the engine's server",
@@ -71,6 +78,12 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(_run(settings, args))
     if args.command == "eval":
         return asyncio.run(evaluate.eval_main(settings, args))
+    if args.command == "bench" and args.memory:
+        from .bench import memory_main, render_overhead
+
+        if not args.scenario:
+            render_overhead()
+        return memory_main(settings, args.scenario)
     if args.command == "bench":
         from .bench import bench_main
 

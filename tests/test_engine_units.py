@@ -134,3 +134,36 @@ def test_auto_engine_choice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     kind, why = choose_engine_kind(Settings(model_name="org/not-here"))
     assert kind is EngineKind.RAPIDOCR and "model org/not-here not found" in why
     assert choose_engine_kind(Settings(engine="openai"))[0] is EngineKind.OPENAI
+
+
+def test_a_taken_port_is_refused(loop) -> None:
+    import socket
+
+    from vlm_ocr.engines.vllm_server import VllmServer
+    from vlm_ocr.errors import EngineError
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        server = VllmServer(Settings(vllm_port=taken.getsockname()[1], vllm_python="false"))
+        with pytest.raises(EngineError, match="already taken by another process"):
+            loop.run(server.start())
+    assert server.proc is None  # nothing was spawned
+
+
+def test_the_cause_of_a_failed_start_is_one_line_of_the_engine_log() -> None:
+    from vlm_ocr.engines.vllm_server import VllmServer
+
+    server = VllmServer(Settings())
+    server.tail.extend(
+        [
+            "INFO 11-30 engine.py:12] starting",
+            "Traceback (most recent call last):",
+            '  File "/usr/lib/python3/site-packages/vllm/config.py", line 1, in check',
+            "ValueError: max_model_len (8192) is greater than the derived max_model_len (4096)",
+        ]
+    )
+    reason = server._exit_reason("while starting")
+    assert reason.endswith(
+        ": ValueError: max_model_len (8192) is greater than the derived max_model_len (4096)"
+    )

@@ -207,3 +207,34 @@ def test_killing_the_server_mid_job_fails_fast_and_exits(tiny_model: Path, tmp_p
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_no_engine_outlives_its_worker(
+    sig: signal.Signals, tiny_model: Path, tmp_path: Path
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RUNPOD_", "BUCKET_"))}
+    env |= engine_env(tiny_model, 0, OUTPUT_DIR=str(tmp_path / "out"), RUNPOD_LOG_LEVEL="ERROR")
+    api_port = free_port()
+    proc = serve_api(env, api_port, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_http(f"http://127.0.0.1:{api_port}/docs", proc, timeout_s=600)
+        engine = engine_pid(proc.pid)
+        proc.send_signal(sig)
+        proc.wait(timeout=60)
+        for _ in range(300):  # the engine gets SIGTERM from the kernel or the worker
+            if not Path(f"/proc/{engine}").exists() or b"Z" in _state(engine):
+                break
+            threading.Event().wait(0.1)
+        assert not Path(f"/proc/{engine}").exists() or b"Z" in _state(engine)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _state(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/stat").read_bytes().split(b")")[-1].split()[0]
+    except OSError:
+        return b"Z"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
@@ -52,17 +51,3 @@ def engine_env(model_dir: Path, port: int, **extra: str) -> dict[str, str]:
     }
     env.update(extra)
     return env
-
-
-def apply_env(env: dict[str, str]) -> dict[str, str | None]:
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    return old
-
-
-def restore_env(old: dict[str, str | None]) -> None:
-    for k, v in old.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v

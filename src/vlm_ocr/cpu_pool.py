@@ -111,10 +111,6 @@ class CpuPool:
         assert self._idle is not None
         self._idle.put_nowait(self._spawn())
 
-    @property
-    def pids(self) -> list[int]:
-        return [c.proc.pid for c in self._children if c.proc.pid is not None]
-
     async def run(self, fn: Callable[..., T], /, *args: Any, timeout_s: float) -> T:
         """fn(*args) in a child; PageError as raised there, TaskTimeout past `timeout_s`,
         TaskFailed for anything else."""

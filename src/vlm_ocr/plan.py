@@ -20,8 +20,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .settings import MIN_PIXELS, Settings
+
 GB = 1e9
-GIB = 1024**3
 DTYPE_BYTES = {
     "auto": 2,
     "bfloat16": 2,
@@ -57,7 +58,7 @@ def round_to(value: float, factor: int) -> int:
 
 
 def image_tokens(
-    width: int, height: int, *, max_pixels: int, patch: int = 32, min_pixels: int = 65_536
+    width: int, height: int, *, max_pixels: int, patch: int = 32, min_pixels: int = MIN_PIXELS
 ) -> int:
     """Tokens the Qwen-VL processor spends on a width × height image (its smart_resize)."""
     h, w = round_to(height, patch), round_to(width, patch)
@@ -288,7 +289,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--kv-cache-dtype", default="fp8", choices=sorted(DTYPE_BYTES))
     p.add_argument("--page-size", default="911x1288", help="page image WxH before the budget")
-    p.add_argument("--max-pixels", type=int, default=1_600_000)
+    p.add_argument(
+        "--max-pixels",
+        type=int,
+        default=Settings.model_fields["max_pixels"].default,
+        help="page pixel budget (default: MAX_PIXELS's default)",
+    )
     p.add_argument("--max-tokens", type=int, default=4096, help="output token cap per page")
     p.add_argument("--max-model-len", type=int, default=8192)
     p.add_argument("--gpu-memory-utilization", type=float, default=0.90)

@@ -32,12 +32,13 @@ RUN --mount=type=secret,id=hf_token,required=false \
         --cache-dir /models/hf/hub --token-file /run/secrets/hf_token \
         --record /models/hf/baked-model.json
 
-# Pinned engine settings: the same on every GPU RunPod hands this image (see README).
+# Pinned engine settings: the same on every GPU RunPod hands this image (see README). The
+# KV-cache dtype is left to the worker, which passes it explicitly: fp8 where the GPU has an fp8
+# KV cache (compute capability 8.9+), the model's dtype on older GPUs.
 ENV ENGINE=vllm \
     VLLM_PYTHON=/usr/local/bin/vllm-python \
     HF_HUB_OFFLINE=true \
-    GDN_PREFILL_BACKEND=triton \
-    KV_CACHE_DTYPE=fp8
+    GDN_PREFILL_BACKEND=triton
 
 # The worker's code, last: a code change rebuilds only this layer.
 WORKDIR /app

@@ -47,6 +47,8 @@ PRODUCTION_ARGV = [
     '{"max_pixels": 1600000}',
     "--mm-processor-cache-gb",
     "0",
+    "--compilation-config",
+    '{"cudagraph_capture_sizes": [1, 2, 4, 8, 16, 32, 64, 96, 128, 160, 192]}',
 ]
 
 
@@ -54,7 +56,8 @@ def test_production_argv_for_default_model(monkeypatch: pytest.MonkeyPatch) -> N
     for name in Settings.model_fields:
         monkeypatch.delenv(name.upper(), raising=False)
     settings = Settings()
-    assert server_argv(settings, 8000) == PRODUCTION_ARGV  # VLLM_PORT=0 picks a free port
+    # VLLM_PORT=0 picks a free port; on a Hopper GPU the KV-cache dtype resolves to fp8
+    assert server_argv(settings, 8000, "fp8") == PRODUCTION_ARGV
 
 
 def test_argv_options() -> None:
@@ -167,3 +170,32 @@ def test_the_cause_of_a_failed_start_is_one_line_of_the_engine_log() -> None:
     assert reason.endswith(
         ": ValueError: max_model_len (8192) is greater than the derived max_model_len (4096)"
     )
+
+
+def test_kv_cache_dtype_follows_the_gpu_unless_set() -> None:
+    from vlm_ocr.engines.vllm_server import resolve_kv_cache_dtype
+
+    unset = Settings()
+    assert resolve_kv_cache_dtype(unset, 9.0) == "fp8"  # H100, H200
+    assert resolve_kv_cache_dtype(unset, 8.9) == "fp8"  # L40S, RTX 4090
+    assert resolve_kv_cache_dtype(unset, 8.6) == "auto"  # A40, A6000
+    assert resolve_kv_cache_dtype(unset, 8.0) == "auto"  # A100
+    assert resolve_kv_cache_dtype(unset, None) == "auto"  # no GPU (the CPU build)
+    assert resolve_kv_cache_dtype(Settings(kv_cache_dtype="fp8_e5m2"), 8.0) == "fp8_e5m2"
+
+
+def test_cuda_graph_sizes() -> None:
+    from vlm_ocr.engines.vllm_server import cuda_graph_sizes
+
+    assert cuda_graph_sizes(Settings(max_num_seqs=48)) == [1, 2, 4, 8, 16, 32, 48]
+    assert cuda_graph_sizes(Settings(max_num_seqs=256))[-3:] == [192, 224, 256]
+    assert cuda_graph_sizes(Settings(cuda_graph_sizes="8, 1,64")) == [1, 8, 64]
+    argv = server_argv(Settings(enforce_eager=True), 1)
+    assert "--enforce-eager" in argv and "--compilation-config" not in argv
+
+
+def test_benchmarks_fix_the_answer_length() -> None:
+    body = ChatClient.request_body("m", b"", "p", temperature=0, max_tokens=5)
+    assert "ignore_eos" not in body and body["repetition_detection"]
+    fixed = ChatClient.request_body("m", b"", "p", temperature=0, max_tokens=800, ignore_eos=True)
+    assert fixed["ignore_eos"] is True and "repetition_detection" not in fixed

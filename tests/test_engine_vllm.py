@@ -93,23 +93,23 @@ def test_multi_page_job_records_tokens_finish_reasons_and_ladder(loop, vllm) -> 
 
 
 def test_prompt_tokens_follow_the_pixel_budget(loop, vllm) -> None:
+    # The model sees each page as it was rendered: a job's budget up to the server's MAX_PIXELS
+    # is used as given, and one above it is capped (a note says so), never scaled down twice.
     worker, _ = vllm
-    image = {"base64": b64(png_bytes(page_image(["Budget page."])))}
+    large = page_image(["Budget page."]).resize((1400, 1980))
+    image = {"base64": b64(png_bytes(large))}
     seen = []
-    for budget in (200_000, 400_000, 800_000):
+    for budget in (200_000, 800_000, 2_500_000):
         result = loop.run(worker.run(f"px{budget}", {"images": [image], "max_pixels": budget}))
         page = result["pages"][0]
-        seen.append(
-            (
-                page["prompt_tokens"],
-                image_tokens(page["width"], page["height"], max_pixels=SERVER_PIXELS),
-            )
-        )
+        w, h = page["width"], page["height"]
+        assert w * h <= min(budget, SERVER_PIXELS)
+        seen.append((page["prompt_tokens"], image_tokens(w, h, max_pixels=SERVER_PIXELS)))
+    assert "above this worker's MAX_PIXELS" in result["notes"][0]
     (p0, i0), (p1, i1), (p2, i2) = seen
     assert i0 < i1 < i2
-    assert (
-        p1 - p0 == i1 - i0 and p2 - p1 == i2 - i1
-    )  # 32×32 pixels per token, as the processor counts
+    # 32×32 pixels per token, as the processor counts
+    assert p1 - p0 == i1 - i0 and p2 - p1 == i2 - i1
 
 
 def test_openai_engine_uses_the_same_client(loop, vllm, tmp_path: Path) -> None:

@@ -46,7 +46,11 @@ def choose_engine_kind(settings: Settings) -> tuple[EngineKind, str]:
     return EngineKind.RAPIDOCR, f"ENGINE=auto: {missing}, so the CPU engine"
 
 
-def make_engine(settings: Settings, *, detection_order: bool = False) -> Engine:
+def make_engine(
+    settings: Settings, *, detection_order: bool = False, fixed_output_tokens: int | None = None
+) -> Engine:
+    """The engine `ENGINE` selects. The two options are for tools: the CPU engine's baseline
+    reading order (`vlm-ocr eval`), and answers of a fixed length (`vlm-ocr bench`)."""
     kind, why = choose_engine_kind(settings)
     log.info("engine: %s (%s)", kind.value, why)
     if kind is EngineKind.RAPIDOCR:
@@ -57,7 +61,7 @@ def make_engine(settings: Settings, *, detection_order: bool = False) -> Engine:
     from .engines.vlm import ExternalServer, VlmEngine
 
     server = VllmServer(settings) if kind is EngineKind.VLLM else ExternalServer(settings)
-    return VlmEngine(settings, server)
+    return VlmEngine(settings, server, fixed_output_tokens=fixed_output_tokens)
 
 
 def make_store(

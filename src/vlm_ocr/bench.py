@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from . import samples
-from .app import start_worker
+from .app import build_worker, make_engine
 from .prompts import resolve
 from .render import Budget, PageImage, pdf_page_image
 from .settings import Settings
@@ -47,7 +47,9 @@ async def bench_main(settings: Settings, args: argparse.Namespace) -> int:
                 print("vlm-ocr bench --bucket: set BUCKET_NAME and its credentials first")
                 return 2
             t0 = time.perf_counter()
-            worker = await start_worker(settings, out_dir=out)
+            engine = make_engine(settings, fixed_output_tokens=args.output_tokens)
+            worker = build_worker(settings, engine, out_dir=out)
+            await worker.start()
             cold_start = time.perf_counter() - t0
             try:
                 figures = await run_bench(worker, pages=args.pages, jobs=args.jobs)
@@ -72,9 +74,10 @@ async def run_bench(worker: Any, *, pages: int, jobs: int) -> dict[str, Any]:
         job = {"pdf": {"base64": pdf}, "output_prefix": f"bench/{stamp}/job-{j:03d}"}
         return await worker.run(f"bench-{j}", job)
 
-    t0 = time.perf_counter()
+    t0, cpu0, pool0 = time.perf_counter(), time.process_time(), worker.pool.cpu_seconds()
     results = await asyncio.gather(*(one(j) for j in range(jobs)))
     wall = time.perf_counter() - t0
+    cpu, pool_cpu = time.process_time() - cpu0, worker.pool.cpu_seconds() - pool0
     page_reports = [p for r in results for p in r.get("pages", [])]
     per_stage = {s: [p["timings"][s] for p in page_reports if s in p["timings"]] for s in STAGES}
     return {
@@ -83,6 +86,9 @@ async def run_bench(worker: Any, *, pages: int, jobs: int) -> dict[str, Any]:
         + sum("pages" not in r for r in results),
         "wall_s": wall,
         "pages_per_s": len(page_reports) / wall if wall else 0.0,
+        "output_tokens_per_s": sum(p.get("output_tokens") or 0 for p in page_reports) / wall,
+        "worker_cpu_ms_per_page": 1000 * cpu / max(1, len(page_reports)),
+        "render_cpu_ms_per_page": 1000 * pool_cpu / max(1, len(page_reports)),
         "stages": {
             s: {"p50": percentile(v, 50), "p95": percentile(v, 95), "mean": statistics.fmean(v)}
             for s, v in per_stage.items()
@@ -104,12 +110,14 @@ async def _direct(worker: Any, args: argparse.Namespace) -> dict[str, Any]:
     prompt = resolve(None, None, worker.settings.default_prompt)
     gate = asyncio.Semaphore(worker.engine_slots)
     latencies: list[float] = []
+    tokens: list[int] = []
 
     async def one(page: PageImage) -> None:
         async with gate:
             t0 = time.perf_counter()
-            await engine.ask(page.png, prompt, 0.0)
+            answer = await engine.ask(page.png, prompt, 0.0)
             latencies.append(time.perf_counter() - t0)
+            tokens.append(answer.output_tokens or 0)
 
     t0 = time.perf_counter()
     await asyncio.gather(*(one(p) for p in pages))
@@ -118,6 +126,7 @@ async def _direct(worker: Any, args: argparse.Namespace) -> dict[str, Any]:
         "pages": count,
         "wall_s": wall,
         "pages_per_s": count / wall,
+        "output_tokens_per_s": sum(tokens) / wall,
         "p50": percentile(latencies, 50),
         "p95": percentile(latencies, 95),
     }
@@ -140,7 +149,12 @@ def print_report(
     print()
     print(
         f"pages: {fig['pages']}  failed: {fig['failed']}  wall: {fig['wall_s']:.2f} s  "
-        f"pages/s: {fig['pages_per_s']:.2f}"
+        f"pages/s: {fig['pages_per_s']:.2f}  output tokens/s: {fig['output_tokens_per_s']:.0f}"
+    )
+    print(
+        f"CPU per page: worker process (event loop, HTTP, JSON, store; and the CPU engine) "
+        f"{fig['worker_cpu_ms_per_page']:.1f} ms, render processes "
+        f"{fig['render_cpu_ms_per_page']:.1f} ms"
     )
     print(f"{'stage (s/page)':<16}{'p50':>10}{'p95':>10}{'mean':>10}")
     # total_s is each page's latency through the worker (render to stored)
@@ -152,7 +166,8 @@ def print_report(
             print(f"direct: skipped ({direct['skipped']})")
         else:
             print(
-                f"direct to server: pages/s {direct['pages_per_s']:.2f}  latency p50 "
+                f"direct to server: pages/s {direct['pages_per_s']:.2f}  output tokens/s "
+                f"{direct['output_tokens_per_s']:.0f}  latency p50 "
                 f"{direct['p50']:.3f} s p95 {direct['p95']:.3f} s  "
                 f"worker/direct pages/s ratio {fig['pages_per_s'] / direct['pages_per_s']:.2f}"
             )

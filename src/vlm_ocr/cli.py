@@ -48,6 +48,12 @@ def main(argv: list[str] | None = None) -> int:
         help="store in an S3 server started on loopback (needs moto)",
     )
     bench.add_argument(
+        "--output-tokens",
+        type=int,
+        help="make every answer exactly N tokens (ignore_eos), in the worker and the direct "
+        "path alike: like-for-like figures on dummy weights",
+    )
+    bench.add_argument(
         "--memory",
         action="store_true",
         help="print the worker's peak memory for one page, 64 large images and a 2,000-page "

@@ -89,7 +89,10 @@ class Settings(BaseSettings):
     )
     max_pages_per_job: int = Field(2000, description="Most pages one job may select.")
     job_max_concurrent_pages: int = Field(
-        64, ge=1, description="Pages of one job rendered and in flight at once."
+        0,
+        ge=0,
+        description="Pages of one job in flight at once; 0 = as many as the engine takes "
+        "(`MAX_CONCURRENT_PAGES`), so one large job fills the engine.",
     )
     max_concurrent_pages: int = Field(
         0,
@@ -132,8 +135,11 @@ class Settings(BaseSettings):
         description="`--gdn-prefill-backend`; `triton` avoids the FlashInfer kernel that is "
         "JIT-compiled (and can be OOM-killed) on Hopper.",
     )
-    kv_cache_dtype: str = Field(
-        "fp8", description="`--kv-cache-dtype`, always passed explicitly (`fp8` or `auto`)."
+    kv_cache_dtype: str | None = Field(
+        None,
+        description="`--kv-cache-dtype`, always passed explicitly. Unset: `fp8` on GPUs of compute "
+        "capability 8.9 or newer (Ada, Hopper, Blackwell), `auto` (the model's dtype) on older "
+        "ones such as A100 and A40, which have no fp8 KV cache; the choice is in the engine facts.",
     )
     max_model_len: int = Field(8192, description="`--max-model-len` (prompt + output tokens).")
     max_num_seqs: int = Field(192, description="`--max-num-seqs`: sequences the engine batches.")
@@ -142,6 +148,12 @@ class Settings(BaseSettings):
         0.90, gt=0, le=1, description="`--gpu-memory-utilization`."
     )
     tensor_parallel_size: int = Field(1, ge=1, description="`--tensor-parallel-size`.")
+    cuda_graph_sizes: str = Field(
+        "",
+        description="Batch sizes vLLM captures CUDA graphs for, comma-separated; empty = 1, 2, 4, "
+        "8, 16, 32, 64, then every 32 up to `MAX_NUM_SEQS` (fewer graphs than vLLM's default: "
+        "a faster start).",
+    )
     enforce_eager: bool = Field(
         False, description="`--enforce-eager`: skip CUDA graphs (faster start, slower pages)."
     )

@@ -126,6 +126,10 @@ class Worker:
         )
         self.engine_slots = settings.max_concurrent_pages or engine.default_concurrency
         self.engine_gate = asyncio.Semaphore(self.engine_slots)
+        # Rendered pages held at once, across jobs: those at the engine and a few ready to go.
+        # A page takes its place before it renders and gives it back when it leaves the engine,
+        # so memory follows the engine's size, not the number of pages jobs put in flight.
+        self.rendered_gate = asyncio.Semaphore(self.engine_slots + 2 * self.pool.size)
         self._prefixes: set[str] = set()  # result prefixes of the jobs running now
 
     # --- cold start -----------------------------------------------------------------------------
@@ -153,9 +157,12 @@ class Worker:
         self.pool.terminate()
 
     def budget(self, job: JobInput | None = None) -> Budget:
+        """The page budget: MAX_PIXELS, or less when the job asks. Never more: the engine was
+        started with MAX_PIXELS and would scale a larger page down again."""
+        top = self.settings.max_pixels
         if job is not None and (job.max_pixels or job.max_side):
-            return Budget(job.max_pixels or self.settings.max_pixels, job.max_side)
-        return Budget(self.settings.max_pixels)
+            return Budget(min(job.max_pixels or top, top), job.max_side)
+        return Budget(top)
 
     def limits(self) -> Limits:
         s = self.settings
@@ -217,10 +224,10 @@ class Worker:
         loaded = time.perf_counter()
 
         state = _Job(job, keys, prompt, _digest(fingerprint), progress, len(document.pages))
-        job_gate = asyncio.Semaphore(self.settings.job_max_concurrent_pages)
+        job_gate = asyncio.Semaphore(self.settings.job_max_concurrent_pages or self.engine_slots)
 
         async def bounded(ref: PageRef) -> PageReport:
-            async with job_gate:
+            async with job_gate, self.rendered_gate:
                 return await self._page(ref, state)
 
         try:
@@ -251,7 +258,7 @@ class Worker:
             timings={"load_s": round(loaded - t0, 3), "pages_s": round(recognized - loaded, 3)},
             engine=self.engine_facts(),
             fingerprint={**fingerprint, "id": state.fingerprint_id},
-            notes=self._notes(prompt) + document.notes,
+            notes=self._notes(job, prompt) + document.notes,
             errors=document.problems + [f"page {p.page}: {p.error}" for p in pages if p.error],
         )
         manifest_error = await self._write_manifest(report)
@@ -409,13 +416,20 @@ class Worker:
             out["refresh_worker"] = True
         return out
 
-    def _notes(self, prompt: Prompt) -> list[str]:
-        if self.engine.facts.uses_prompt:
-            return []
-        return [
-            f"the {self.engine.facts.name} engine reads no prompt; "
-            f"prompt {prompt.name!r} (version {prompt.version}) was not used"
-        ]
+    def _notes(self, job: JobInput, prompt: Prompt) -> list[str]:
+        notes = []
+        if job.max_pixels and job.max_pixels > self.settings.max_pixels:
+            notes.append(
+                f"max_pixels {job.max_pixels:,} is above this worker's MAX_PIXELS "
+                f"({self.settings.max_pixels:,}), which the engine was started with; pages were "
+                "rendered at MAX_PIXELS (raise it on the endpoint for larger pages)"
+            )
+        if not self.engine.facts.uses_prompt:
+            notes.append(
+                f"the {self.engine.facts.name} engine reads no prompt; "
+                f"prompt {prompt.name!r} (version {prompt.version}) was not used"
+            )
+        return notes
 
 
 def warmup_page(budget: Budget) -> PageImage:

@@ -63,10 +63,19 @@ class ChatClient:
 
     @staticmethod
     def request_body(
-        model: str, png: bytes, prompt: str, *, temperature: float, max_tokens: int, seed: int = 0
+        model: str,
+        png: bytes,
+        prompt: str,
+        *,
+        temperature: float,
+        max_tokens: int,
+        seed: int = 0,
+        ignore_eos: bool = False,
     ) -> dict[str, Any]:
+        """One page's request. `ignore_eos` makes every answer exactly `max_tokens` long, for
+        benchmarks that must compare like with like."""
         image_url = "data:image/png;base64," + base64.b64encode(png).decode()
-        return {
+        body: dict[str, Any] = {
             "model": model,
             "messages": [
                 {
@@ -82,8 +91,12 @@ class ChatClient:
             "seed": seed,  # retries at a raised temperature are reproducible too
             # Qwen3.5 and other reasoning models think for minutes per page otherwise.
             "chat_template_kwargs": {"enable_thinking": False},
-            "repetition_detection": REPETITION_DETECTION,
         }
+        if ignore_eos:
+            body["ignore_eos"] = True
+        else:
+            body["repetition_detection"] = REPETITION_DETECTION
+        return body
 
     async def complete(self, body: dict[str, Any]) -> Completion:
         try:

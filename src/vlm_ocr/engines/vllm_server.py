@@ -45,6 +45,14 @@ _LAUNCH = (
 # The line of the engine's log that says why it did not start (the last one that names an error).
 _CAUSE = re.compile(r"((?:[A-Z]\w*(?:Error|Exception))|RuntimeError|ValueError): (.+)")
 LOG_TAIL_LINES = 60
+# Compiled kernels kept on the network volume, so the next cold start reuses them: vLLM's
+# torch.compile artifacts, Triton's kernels, FlashInfer's JIT and DeepGEMM's JIT.
+CACHES = {
+    "VLLM_CACHE_ROOT": "vllm",
+    "TRITON_CACHE_DIR": "triton",
+    "FLASHINFER_WORKSPACE_BASE": "flashinfer",
+    "DG_JIT_CACHE_DIR": "deep_gemm",
+}
 
 # Lines of vLLM's log that carry facts worth reporting.
 _FACTS = {
@@ -56,7 +64,43 @@ _FACTS = {
 }
 
 
-def server_argv(settings: Settings, port: int) -> list[str]:
+def cuda_graph_sizes(settings: Settings) -> list[int]:
+    """The decode batch sizes to capture: every size vLLM pads a batch up to. Fewer sizes than
+    vLLM's default (one per 8 or 16 sequences) cut the capture at start; a batch between two
+    sizes runs at the larger one, which costs little in memory-bound decoding."""
+    if settings.cuda_graph_sizes.strip():
+        return sorted({int(x) for x in settings.cuda_graph_sizes.split(",") if x.strip()})
+    top = settings.max_num_seqs
+    sizes = {n for n in (1, 2, 4, 8, 16, 32, 64) if n < top}
+    sizes |= set(range(96, top, 32)) | {top}
+    return sorted(sizes)
+
+
+def compute_capability() -> float | None:
+    """The first GPU's compute capability as nvidia-smi reports it (9.0 for Hopper), or None."""
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return None
+    try:
+        out = subprocess.run(
+            [smi, "--query-gpu=compute_cap", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.split()
+        return float(out[0]) if out else None
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
+
+
+def resolve_kv_cache_dtype(settings: Settings, capability: float | None) -> str:
+    """The user's value when set; else fp8 where the GPU has an fp8 KV cache (8.9+)."""
+    if settings.kv_cache_dtype:
+        return settings.kv_cache_dtype
+    return "fp8" if capability is not None and capability >= 8.9 else "auto"
+
+
+def server_argv(settings: Settings, port: int, kv_cache_dtype: str = "fp8") -> list[str]:
     """The exact command line of the engine server, from settings."""
     argv = [
         settings.vllm_python,
@@ -77,7 +121,7 @@ def server_argv(settings: Settings, port: int) -> list[str]:
         "--gdn-prefill-backend",
         settings.gdn_prefill_backend,
         "--kv-cache-dtype",
-        settings.kv_cache_dtype,
+        kv_cache_dtype,
         "--max-model-len",
         str(settings.max_model_len),
         "--max-num-seqs",
@@ -97,6 +141,9 @@ def server_argv(settings: Settings, port: int) -> list[str]:
     ]
     if settings.enforce_eager:
         argv.append("--enforce-eager")
+    else:
+        sizes = cuda_graph_sizes(settings)
+        argv += ["--compilation-config", json.dumps({"cudagraph_capture_sizes": sizes})]
     argv += shlex.split(settings.vllm_extra_args)
     return argv
 
@@ -143,7 +190,9 @@ class VllmServer:
         self.settings = settings
         self.port = settings.vllm_port or free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
-        self.argv = server_argv(settings, self.port)
+        self.capability = compute_capability()
+        self.kv_cache_dtype = resolve_kv_cache_dtype(settings, self.capability)
+        self.argv = server_argv(settings, self.port, self.kv_cache_dtype)
         self.proc: asyncio.subprocess.Process | None = None
         self.facts: dict[str, Any] = {}
         self.tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
@@ -201,6 +250,8 @@ class VllmServer:
             raise EngineError(self._exit_reason("while starting"), fatal=True)
         self._tasks.append(asyncio.create_task(self._watch()))
         self.facts["spawn_to_healthy_s"] = round(time.perf_counter() - t0, 2)
+        self.facts["kv_cache_dtype"] = self.kv_cache_dtype
+        self.facts["compute_capability"] = self.capability
         self.facts["argv"] = self.argv[1:]
         self.facts["pid"] = self.proc.pid
         return dict(self.facts)
@@ -214,8 +265,9 @@ class VllmServer:
         }
         if self.settings.hf_home:
             env["HF_HOME"] = self.settings.hf_home
-        if "VLLM_CACHE_ROOT" not in env and NETWORK_VOLUME.is_dir():
-            env["VLLM_CACHE_ROOT"] = str(NETWORK_VOLUME / "vllm-cache")
+        if NETWORK_VOLUME.is_dir():
+            for name, where in CACHES.items():
+                env.setdefault(name, str(NETWORK_VOLUME / "vllm-cache" / where))
         return env
 
     async def _read_log(self) -> None:

@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 # Greedy first; then olmOCR's ladder, so a looping page gets out of its loop.
 TEMPERATURES = (0.0, 0.1, 0.1, 0.2, 0.3, 0.5, 0.8)
 RETRY_REASONS = {"length", "repetition"}
+# The warm-up proves the whole path with a real page; a few tokens of answer are enough for that.
+WARMUP_MAX_TOKENS = 32
 
 
 def baked_record(settings: Settings) -> dict[str, Any] | None:
@@ -93,9 +95,14 @@ class ExternalServer:
 
 
 class VlmEngine:
-    def __init__(self, settings: Settings, server: ServerHandle) -> None:
+    def __init__(
+        self, settings: Settings, server: ServerHandle, *, fixed_output_tokens: int | None = None
+    ) -> None:
+        """`fixed_output_tokens`: every answer exactly that long (`ignore_eos`), for benchmarks
+        on dummy weights."""
         self.settings = settings
         self.server = server
+        self.fixed_output_tokens = fixed_output_tokens
         self.model = settings.served_model_name
         self.default_concurrency = settings.max_num_seqs
         own = server.name == "vllm"
@@ -131,7 +138,12 @@ class VlmEngine:
         )
         t0 = time.perf_counter()
         try:
-            answer = await self.ask(warmup.png, PRESETS[self.settings.default_prompt], 0.0)
+            answer = await self.ask(
+                warmup.png,
+                PRESETS[self.settings.default_prompt],
+                0.0,
+                max_tokens=WARMUP_MAX_TOKENS,
+            )
         except EngineError as exc:
             tail = self.server.log_tail()
             raise EngineError(
@@ -148,7 +160,6 @@ class VlmEngine:
                 "gdn_prefill_kernel", "not logged (the model has no GDN layers)"
             )
             details |= server_facts
-        details["kv_cache_dtype"] = self.settings.kv_cache_dtype
         baked = baked_record(self.settings)
         if baked is not None:
             details["baked"] = baked
@@ -156,17 +167,25 @@ class VlmEngine:
         self.facts.details = details
 
     async def ask(
-        self, png: bytes, prompt: Prompt, temperature: float, seed: int = 0
+        self,
+        png: bytes,
+        prompt: Prompt,
+        temperature: float,
+        seed: int = 0,
+        *,
+        max_tokens: int | None = None,
     ) -> Completion:
         """One request for one page; a fatal EngineError when the server is gone."""
         assert self.client is not None, "the engine was not started"
+        fixed = self.fixed_output_tokens
         body = ChatClient.request_body(
             self.model,
             png,
             prompt.text,
             temperature=temperature,
-            max_tokens=self.settings.max_tokens,
+            max_tokens=max_tokens or fixed or self.settings.max_tokens,
             seed=seed,
+            ignore_eos=bool(fixed) and max_tokens is None,
         )
         try:
             return await self.client.complete(body)
@@ -233,6 +252,11 @@ class VlmEngine:
                 "repetition_detection": REPETITION_DETECTION,
                 "thinking": False,
                 "seed": "attempt number",
+                **(
+                    {"fixed_output_tokens": self.fixed_output_tokens}
+                    if self.fixed_output_tokens
+                    else {}
+                ),
             },
         }
 

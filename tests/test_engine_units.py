@@ -164,6 +164,7 @@ def test_the_cause_of_a_failed_start_is_one_line_of_the_engine_log() -> None:
             "Traceback (most recent call last):",
             '  File "/usr/lib/python3/site-packages/vllm/config.py", line 1, in check',
             "ValueError: max_model_len (8192) is greater than the derived max_model_len (4096)",
+            "RuntimeError: Engine core initialization failed. See root cause above.",
         ]
     )
     reason = server._exit_reason("while starting")

@@ -120,7 +120,7 @@ def test_job_bytes_and_fetch_deadline(loop, cpu_engine, cpu_pool, tmp_path: Path
     statuses = [p["status"] for p in result["pages"]]
     assert statuses == ["ok", "ok", "failed", "failed"]
     assert "(MAX_JOB_BYTES); split the job" in result["pages"][2]["error"]
-    assert "were not all fetched within 3 s (FETCH_TIMEOUT_S)" in result["pages"][3]["error"]
+    assert "spent its 3 s of fetching time (FETCH_TIMEOUT_S)" in result["pages"][3]["error"]
 
 
 def test_truncated_pdf_says_so_and_blank_pages_fail(run, settings) -> None:

@@ -47,11 +47,16 @@ def _serve(conn: Connection, memory_limit: int) -> None:
     import ctypes
     import signal
 
+    from . import render  # noqa: F401  (loaded before the limit: the limit is for the work)
+
     ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # die with the worker, even mid-render
     if memory_limit:
         import resource
 
-        resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
+        # On top of what the process has mapped now (libraries, thread arenas), which differs
+        # from host to host: the limit bounds what one task may add.
+        mapped = int(Path("/proc/self/statm").read_text().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        resource.setrlimit(resource.RLIMIT_AS, (mapped + memory_limit, mapped + memory_limit))
     while True:
         try:
             fn, args = conn.recv()

@@ -71,7 +71,9 @@ class Settings(BaseSettings):
         60.0, description="Time limit for one URL download, in seconds."
     )
     fetch_timeout_s: float = Field(
-        600.0, description="Time limit for fetching all of one job's inputs, in seconds."
+        600.0,
+        description="Time one job may spend fetching its inputs in all (wall time while any "
+        "download runs), in seconds.",
     )
     render_timeout_s: float = Field(
         60.0, gt=0, description="Time limit for decoding or rendering one page, in seconds."
@@ -80,7 +82,10 @@ class Settings(BaseSettings):
         0, ge=0, description="Processes that decode and render pages; 0 = one per CPU core."
     )
     render_memory_mb: int = Field(
-        4096, ge=0, description="Address-space limit of each render process (0 = none), MB."
+        4096,
+        ge=0,
+        description="Memory one page may take in a render process beyond what the process "
+        "has mapped at start (0 = no limit), MB.",
     )
     allow_private_urls: bool = Field(
         False,

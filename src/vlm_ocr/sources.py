@@ -12,11 +12,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import re
 import shutil
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
@@ -84,17 +85,39 @@ class Rendering:
 
 
 class JobFiles:
-    """A job's fetched inputs: one byte budget, one deadline, one spill folder removed when the
-    job ends."""
+    """A job's fetched inputs: one byte budget, one budget of fetching time, one spill folder
+    removed when the job ends.
+
+    The time budget counts the wall time during which any of the job's fetches is running, not
+    the time since the job began: inputs are fetched as their pages come up, so a long job
+    fetches its last pages late, and that is no reason to fail them."""
 
     def __init__(self, limits: Limits, inputs: BucketInputs | None) -> None:
         self.limits = limits
         self.inputs = inputs
         self.dir = Path(tempfile.mkdtemp(prefix="vlm-ocr-job-"))
         self.used = 0
-        self.deadline = time.monotonic() + limits.fetch_timeout_s
         self.gate = asyncio.Semaphore(FETCH_CONCURRENCY)
         self._count = 0
+        self._active = 0  # fetches running now
+        self._since = 0.0  # when the current busy stretch began
+        self._spent = 0.0  # busy time of the stretches that have ended
+
+    def _time_left(self) -> float:
+        busy = time.monotonic() - self._since if self._active else 0.0
+        return self.limits.fetch_timeout_s - self._spent - busy
+
+    @contextlib.contextmanager
+    def _busy(self) -> Iterator[None]:
+        if not self._active:
+            self._since = time.monotonic()
+        self._active += 1
+        try:
+            yield
+        finally:
+            self._active -= 1
+            if not self._active:
+                self._spent += time.monotonic() - self._since
 
     def take(self, n: int) -> None:
         self.used += n
@@ -108,10 +131,10 @@ class JobFiles:
         path = self.dir / f"input-{self._count:05d}"
         try:
             async with self.gate:
-                left = self.deadline - time.monotonic()
+                left = self._time_left()
                 if left <= 0:
                     raise InputError(where, self._late())
-                with path.open("wb") as out:
+                with self._busy(), path.open("wb") as out:
                     await self._fetch(src, where, out, left)
         except _JobBytesExceeded:
             path.unlink(missing_ok=True)
@@ -178,7 +201,7 @@ class JobFiles:
 
     def _late(self) -> str:
         return (
-            f"the job's inputs were not all fetched within {self.limits.fetch_timeout_s:g} s "
+            f"the job has spent its {self.limits.fetch_timeout_s:g} s of fetching time "
             "(FETCH_TIMEOUT_S); use faster hosts or bucket keys, or split the job"
         )
 

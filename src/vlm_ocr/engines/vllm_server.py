@@ -43,6 +43,8 @@ _LAUNCH = (
     "os.execv(sys.executable, [sys.executable, *sys.argv[2:]])"
 )
 # The line of the engine's log that says why it did not start (the last one that names an error).
+# Errors that only say another error happened: the cause is the one before them.
+_WRAPPER = re.compile(r"EngineDeadError|See stack trace|RuntimeError: Engine core initialization")
 _CAUSE = re.compile(r"((?:[A-Z]\w*(?:Error|Exception))|RuntimeError|ValueError): (.+)")
 LOG_TAIL_LINES = 60
 # Compiled kernels kept on the network volume, so the next cold start reuses them: vLLM's
@@ -314,7 +316,14 @@ class VllmServer:
         hint = ""
         if code in (-signal.SIGKILL, 137):
             hint = " (killed: out of memory is the usual cause)"
-        cause = next((m.group(0) for line in reversed(self.tail) if (m := _CAUSE.search(line))), "")
+        cause = next(
+            (
+                m.group(0)
+                for line in reversed(self.tail)
+                if (m := _CAUSE.search(line)) and not _WRAPPER.search(line)
+            ),
+            "",
+        )
         return f"the vLLM server exited {when} with code {code}{hint}" + (
             f": {cause[:400]}" if cause else ""
         )

@@ -8,7 +8,7 @@ FROM vllm/vllm-openai:${VLLM_VERSION}
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
 # The engine's interpreter: the base image's Python, which has vLLM. The worker never imports
-# vLLM; it starts `python -m vllm.entrypoints.openai.api_server` with this interpreter.
+# vLLM; it starts `vllm serve` (`python -m vllm.entrypoints.cli.main serve`) with this interpreter.
 RUN ln -sf "$(command -v python3)" /usr/local/bin/vllm-python \
     && /usr/local/bin/vllm-python -c "import vllm, huggingface_hub; print('vLLM', vllm.__version__)"
 

@@ -18,8 +18,8 @@ from vlm_ocr.settings import EngineKind, Settings
 PRODUCTION_ARGV = [
     "python3",
     "-m",
-    "vllm.entrypoints.openai.api_server",
-    "--model",
+    "vllm.entrypoints.cli.main",
+    "serve",
     "QuantTrio/Qwen3-VL-32B-Instruct-AWQ",
     "--served-model-name",
     "ocr",

@@ -165,3 +165,40 @@ def test_missing_or_truncated_shard_fails_naming_the_file(
     assert proc.returncode == 1
     assert says in proc.stderr, proc.stderr
     assert not record.exists()
+
+
+# The CUDA version each vLLM base image is built for (vLLM's images are CUDA 13 since v0.20).
+BASE_IMAGE_CUDA = {"v0.32.0": "13.0"}
+
+
+def test_hub_hosts_can_run_the_base_image() -> None:
+    tag = re.search(r"ARG VLLM_VERSION=(\S+)", (ROOT / "Dockerfile").read_text()).group(1)
+    needs = tuple(int(x) for x in BASE_IMAGE_CUDA[tag].split("."))
+    for name in ("hub.json", "tests.json"):
+        allowed = json.loads((ROOT / ".runpod" / name).read_text())["config"]["allowedCudaVersions"]
+        assert allowed, name
+        for version in allowed:
+            assert tuple(int(x) for x in version.split(".")) >= needs, (name, version)
+
+
+def test_an_empty_variable_means_unset(monkeypatch: pytest.MonkeyPatch) -> None:
+    # An endpoint's form sends empty strings for fields left blank.
+    monkeypatch.setenv("MAX_NUM_SEQS", "")
+    monkeypatch.setenv("HF_HOME", "")
+    monkeypatch.setenv("KV_CACHE_DTYPE", "")
+    s = Settings()
+    assert s.max_num_seqs == Settings.model_fields["max_num_seqs"].default
+    assert s.hf_home is None and s.kv_cache_dtype is None
+
+
+def test_fingerprint_names_the_revision_the_image_baked(tmp_path: Path) -> None:
+    from vlm_ocr.engines.vllm_server import VllmServer
+    from vlm_ocr.engines.vlm import VlmEngine
+    from vlm_ocr.prompts import PRESETS
+
+    record = {"repo": "org/model", "revision": "main", "resolved_commit": "abc123"}
+    (tmp_path / "baked-model.json").write_text(json.dumps(record))
+    s = Settings(model_name="org/model", model_revision="main", hf_home=str(tmp_path))
+    assert VlmEngine(s, VllmServer(s)).fingerprint(PRESETS["plain"])["revision"] == "abc123"
+    other = s.model_copy(update={"model_name": "org/other"})
+    assert VlmEngine(other, VllmServer(other)).fingerprint(PRESETS["plain"])["revision"] == "main"

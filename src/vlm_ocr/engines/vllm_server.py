@@ -1,5 +1,8 @@
 """Run `vllm serve` (the OpenAI-compatible server) as a child process on loopback.
 
+`python -m vllm.entrypoints.cli.main serve` is what the `vllm` command runs, with the interpreter
+of the engine's own environment.
+
 The worker never imports vLLM: the server runs with the interpreter `VLLM_PYTHON` names (its own
 environment), its flags are built from settings by `server_argv`, and its log is read line by line
 for the facts a user needs to tell one worker's engine from another's. A watcher notices when the
@@ -104,13 +107,7 @@ def resolve_kv_cache_dtype(settings: Settings, capability: float | None) -> str:
 
 def server_argv(settings: Settings, port: int, kv_cache_dtype: str = "fp8") -> list[str]:
     """The exact command line of the engine server, from settings."""
-    argv = [
-        settings.vllm_python,
-        "-m",
-        "vllm.entrypoints.openai.api_server",
-        "--model",
-        settings.model_name,
-    ]
+    argv = [settings.vllm_python, "-m", "vllm.entrypoints.cli.main", "serve", settings.model_name]
     if settings.model_revision:
         argv += ["--revision", settings.model_revision]
     argv += [

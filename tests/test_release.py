@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from vlm_ocr.schema import JobInput
-from vlm_ocr.settings import Settings, hub_env, settings_table
+from vlm_ocr.settings import HUB_OMITTED, Settings, hub_env, image_env, settings_table
 
 from .engine_support import engine_python
 
@@ -19,19 +19,25 @@ ROOT = Path(__file__).resolve().parents[1]
 DOWNLOAD = ROOT / "builder" / "download_model.py"
 
 
-def test_hub_json_lists_every_setting_with_its_default_and_nothing_else() -> None:
+def test_hub_json_lists_every_setting_with_the_images_default() -> None:
     hub = json.loads((ROOT / ".runpod/hub.json").read_text())
     assert hub["type"] == "serverless" and hub["config"]["runsOn"] == "GPU"
     assert hub["config"]["containerDiskInGb"] >= 40 and hub["config"]["gpuCount"] >= 1
     listed = {e["key"]: e["input"] for e in hub["config"]["env"]}
-    declared = {name: default for name, default, _ in settings_table()}
-    assert list(listed) == list(declared)
-    for entry in hub_env():
+    declared = [name for name, _, _ in settings_table()]
+    omitted = {name.upper() for name in HUB_OMITTED}
+    # every setting is in the form, or left out on purpose (plumbing), never both or neither
+    assert list(listed) == [name for name in declared if name not in omitted]
+    assert omitted <= set(declared)
+    # the form's defaults are what the image runs with: its ENV where it sets one
+    image = image_env((ROOT / "Dockerfile").read_text())
+    for entry in hub_env(image):
         spec = listed[entry["key"]]
         assert spec.get("default") == entry["input"].get("default"), entry["key"]
         assert spec["type"] in {"string", "number", "boolean"} and spec["description"]
+    assert listed["ENGINE"]["default"] == image["ENGINE"] == "vllm"
     for preset in hub["config"]["presets"]:
-        assert set(preset["defaults"]) <= set(declared)
+        assert set(preset["defaults"]) <= set(listed)
 
 
 def test_every_test_input_validates_against_the_job_schema() -> None:
@@ -56,8 +62,15 @@ def test_dockerfile_env_names_are_declared_settings() -> None:
     assert "FROM vllm/vllm-openai:${VLLM_VERSION}" in text and "ARG VLLM_VERSION=v0.32.0" in text
     # the token is a build secret, never a build argument
     assert "--mount=type=secret,id=hf_token" in text and "ARG HF_TOKEN" not in text
-    # the code comes after the weights, so a code change does not rebuild them
-    assert text.index("RUN --mount=type=secret") < text.index("COPY src")
+    # the weights come first (a stage of their own), then the requirements, then the code, so
+    # neither a dependency bump nor a code change downloads or pushes the weights again
+    assert (
+        text.index("COPY --from=weights /models /models")
+        < text.index("COPY builder/requirements.txt")
+        < text.index("COPY src")
+    )
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    assert {".git", ".venv", ".venv-engine", "tests"} <= set(ignored)
 
 
 def test_image_defaults_match_the_default_model() -> None:

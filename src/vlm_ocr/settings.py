@@ -6,6 +6,7 @@ class by the test suite; `python -m vlm_ocr.settings` prints the README table.
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 from pathlib import Path
 
@@ -26,6 +27,29 @@ MIN_PIXELS = 65_536
 MAX_PIXELS_LIMIT = 16_000_000
 MIN_SIDE = 256
 MAX_SIDE_LIMIT = 8192
+
+
+# Plumbing the image sets and an endpoint's form should not offer: paths and interpreters inside
+# the image, the engine's loopback port, local-development switches and the worker's internal
+# timeouts and pools. They stay settable as environment variables; the Hub form leaves them out.
+HUB_OMITTED = frozenset(
+    {
+        "output_dir",
+        "allow_private_urls",
+        "render_processes",
+        "render_memory_mb",
+        "decode_pixels",
+        "bucket_connect_timeout_s",
+        "bucket_read_timeout_s",
+        "vllm_python",
+        "vllm_port",
+        "vllm_startup_timeout_s",
+        "hf_home",
+        "hf_hub_offline",
+        "cuda_graph_sizes",
+        "request_timeout_s",
+    }
+)
 
 
 class Settings(BaseSettings):
@@ -233,10 +257,26 @@ def markdown_table() -> str:
     return "\n".join(lines)
 
 
-def hub_env() -> list[dict[str, object]]:
-    """The `config.env` entries of `.runpod/hub.json`, one per setting."""
+def image_env(dockerfile: str) -> dict[str, str]:
+    """The settings a Dockerfile's `ENV` lines give the image (`${ARG}` values left out)."""
+    text = dockerfile.replace("\\\n", " ")
+    env: dict[str, str] = {}
+    for line in text.splitlines():
+        if line.startswith("ENV "):
+            for key, value in re.findall(r"([A-Z][A-Z0-9_]*)=(\S+)", line):
+                if not value.startswith("$"):
+                    env[key] = value
+    return env
+
+
+def hub_env(image: dict[str, str] | None = None) -> list[dict[str, object]]:
+    """The `config.env` entries of `.runpod/hub.json`: every setting but the plumbing
+    (`HUB_OMITTED`), each with the default the image runs with (its `ENV`, else the code's)."""
+    image = image or {}
     entries: list[dict[str, object]] = []
     for name, field in Settings.model_fields.items():
+        if name in HUB_OMITTED:
+            continue
         kind = field.annotation
         text = str(kind)
         if kind is bool:
@@ -251,6 +291,8 @@ def hub_env() -> list[dict[str, object]]:
             "description": (field.description or "").replace("`", ""),
         }
         default = field.default
+        if env_name(name) in image:
+            default = Settings(**{name: image[env_name(name)]}).model_dump()[name]
         if default is not None:
             spec["default"] = (
                 default.value
@@ -267,7 +309,8 @@ if __name__ == "__main__":
     import json
     import sys
 
-    if sys.argv[1:] == ["--hub-env"]:
-        print(json.dumps(hub_env(), ensure_ascii=False, indent=2))
+    if sys.argv[1:2] == ["--hub-env"]:  # --hub-env DOCKERFILE
+        image = image_env(Path(sys.argv[2]).read_text()) if sys.argv[2:] else {}
+        print(json.dumps(hub_env(image), ensure_ascii=False, indent=2))
     else:
         print(markdown_table())

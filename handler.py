@@ -19,6 +19,7 @@ from typing import Any
 import runpod
 
 from vlm_ocr.app import build_worker
+from vlm_ocr.errors import ConfigError
 from vlm_ocr.runtime import WorkerLoop
 from vlm_ocr.settings import Settings
 from vlm_ocr.worker import Worker
@@ -66,6 +67,16 @@ def make_handler(loop: WorkerLoop, worker: Worker) -> Handler:
     return handler
 
 
+def refuse_all(reason: str) -> Handler:
+    async def handler(job: dict[str, Any]) -> dict[str, Any]:
+        result = {"error": f"the worker is misconfigured: {reason}"}
+        if not on_runpod():
+            print(json.dumps(result, ensure_ascii=False, indent=2), flush=True)
+        return result
+
+    return handler
+
+
 def stop_on_signals(worker: Worker) -> None:
     """SIGTERM (RunPod stopping the worker) or SIGINT: end the engine and the render processes,
     then exit, so no engine outlives its worker."""
@@ -92,6 +103,12 @@ def main() -> None:
     stop_on_signals(worker)
     try:
         loop.run(worker.start())
+    except ConfigError as exc:
+        # A restart would fail the same way: stay up and say why to every job instead.
+        log.error("this worker cannot run jobs with its settings: %s", exc)
+        worker.terminate()
+        runpod.serverless.start({"handler": refuse_all(str(exc))})
+        return
     except Exception as exc:
         log.error("cold start failed; this worker takes no jobs: %s", exc)
         worker.terminate()

@@ -57,6 +57,28 @@ def test_bad_test_input_exits_non_zero_with_field(tmp_path: Path) -> None:
     assert "input.pdf.base64: the PDF is corrupt or truncated" in proc.stdout + proc.stderr
 
 
+def test_a_model_the_image_lacks_fails_every_job_with_one_line(tmp_path: Path) -> None:
+    # The image baked one model; MODEL_NAME names another and the worker may not download it.
+    hf_home = tmp_path / "hf"
+    hf_home.mkdir()
+    (hf_home / "baked-model.json").write_text(json.dumps({"repo": "org/baked-model"}))
+    env = handler_env(tmp_path, ENGINE="vllm", MODEL_NAME="org/other-model", HF_HOME=str(hf_home))
+    proc = subprocess.run(
+        [sys.executable, "handler.py", "--test_input", (ROOT / "test_input.json").read_text()],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    says = (
+        "MODEL_NAME is 'org/other-model', but this image has 'org/baked-model' baked in and does "
+        "not download models at run time"
+    )
+    assert says in proc.stdout and says in proc.stderr
+    assert "--build-arg MODEL_NAME=org/other-model" in proc.stdout
+
+
 @pytest.fixture(scope="module")
 def api_server(tmp_path_factory: pytest.TempPathFactory):
     tmp = tmp_path_factory.mktemp("api")

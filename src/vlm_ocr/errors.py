@@ -35,3 +35,8 @@ class EngineError(OcrError):
 
 class StorageError(OcrError):
     """The store refused or failed a write or read after its retries."""
+
+
+class ConfigError(OcrError):
+    """The worker's settings cannot work on this image (a model it does not have, say). Restarting
+    would not help: the worker stays up and answers every job with this message."""

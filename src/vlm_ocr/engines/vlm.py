@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..errors import EngineError
+from ..errors import ConfigError, EngineError
 from ..prompts import PRESETS, Prompt
 from ..render import PageImage
 from ..settings import Settings
@@ -127,7 +127,22 @@ class VlmEngine:
         n = self.settings.max_attempts
         return (TEMPERATURES + (TEMPERATURES[-1],) * n)[:n]
 
+    def check_model(self) -> None:
+        """In an image that baked one model and may not download (HF_HUB_OFFLINE), another
+        MODEL_NAME cannot start: say so in one line instead of letting the server fail."""
+        s, baked = self.settings, self.baked
+        if not baked or not s.hf_hub_offline or Path(s.model_name).is_dir():
+            return
+        if baked.get("repo") != s.model_name:
+            raise ConfigError(
+                f"MODEL_NAME is {s.model_name!r}, but this image has {baked.get('repo')!r} baked "
+                "in and does not download models at run time; set MODEL_NAME to "
+                f"{baked.get('repo')!r}, or deploy an image built with "
+                f"--build-arg MODEL_NAME={s.model_name}"
+            )
+
     async def start(self, warmup: PageImage) -> None:
+        self.check_model()
         details: dict[str, Any] = {"gpu": await asyncio.to_thread(gpu_name)}
         server_facts = await self.server.start()
         self.client = ChatClient(

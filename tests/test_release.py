@@ -215,3 +215,13 @@ def test_fingerprint_names_the_revision_the_image_baked(tmp_path: Path) -> None:
     assert VlmEngine(s, VllmServer(s)).fingerprint(PRESETS["plain"])["revision"] == "abc123"
     other = s.model_copy(update={"model_name": "org/other"})
     assert VlmEngine(other, VllmServer(other)).fingerprint(PRESETS["plain"])["revision"] == "main"
+
+
+def test_release_workflow_names_images_safely() -> None:
+    text = (ROOT / ".github/workflows/release.yml").read_text()
+    default = Settings.model_fields["model_name"].default
+    assert f"DEFAULT_MODEL: {default}" in text and f"default: {default}" in text
+    assert 'echo "IMAGE=${IMAGE_NAME,,}"' in text  # references are lower case
+    assert "cache-to: type=inline" in text and "mode=max" not in text  # no 40 GB layer cache
+    assert "suffix=-${{ env.MODEL_SLUG }}" in text  # the model and revision are in the tags
+    assert "runs-on: ${{ inputs.runner || vars.RUNNER || 'ubuntu-latest' }}" in text

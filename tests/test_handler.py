@@ -41,6 +41,21 @@ def test_test_input_json_runs_and_prints_result(tmp_path: Path) -> None:
         assert stored == page["text"]
         assert similarity(stored, samples.page_text(truth)) >= 0.9, stored
     assert (tmp_path / "out/demo/lease/manifest.json").is_file()
+    assert "INFO vlm_ocr.worker: engine ready" in proc.stderr  # LOG_LEVEL's default, INFO
+
+
+def test_log_level_takes_effect(tmp_path: Path) -> None:
+    # The RunPod SDK configures logging when it is imported; the worker's level still wins.
+    proc = subprocess.run(
+        [sys.executable, "handler.py", "--test_input", (ROOT / "test_input.json").read_text()],
+        cwd=ROOT,
+        env=handler_env(tmp_path, LOG_LEVEL="WARNING"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "INFO vlm_ocr" not in proc.stderr and '"status": "ok"' in proc.stdout
 
 
 def test_bad_test_input_exits_non_zero_with_field(tmp_path: Path) -> None:

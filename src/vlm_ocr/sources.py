@@ -20,7 +20,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, TypeVar
 
 from . import render
 from .cpu_pool import CpuPool, TaskFailed, TaskTimeout
@@ -32,6 +32,7 @@ from .storage import BucketInputs, ObjectMissing, ObjectTooLarge
 
 _DATA_URL = re.compile(r"data:[\w/+.-]{0,100};base64,", re.IGNORECASE)
 FETCH_CONCURRENCY = 8  # files of one job being fetched at once
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ class Rendering:
         self._pixels_free = decode_pixels
         self._freed = asyncio.Condition()
 
-    async def _call(self, fn: Callable[..., object], *args: object) -> object:
+    async def _call(self, fn: Callable[..., T], *args: object) -> T:
         try:
             return await self.pool.run(fn, *args, timeout_s=self.timeout_s)
         except TaskTimeout as exc:
@@ -65,10 +66,10 @@ class Rendering:
             raise PageError("render", f"rendering failed: {exc}") from None
 
     async def pdf_info(self, path: Path) -> render.PdfInfo:
-        return await self._call(render.inspect_pdf, str(path))  # type: ignore[return-value]
+        return await self._call(render.inspect_pdf, str(path))
 
     async def pdf_page(self, path: Path, number: int, budget: Budget) -> PageImage:
-        return await self._call(render.render_pdf_page, str(path), number, budget)  # type: ignore[return-value]
+        return await self._call(render.render_pdf_page, str(path), number, budget)
 
     async def image(self, path: Path, budget: Budget, max_image_pixels: int) -> PageImage:
         pixels = await asyncio.to_thread(render.image_pixels, str(path))
@@ -77,7 +78,7 @@ class Rendering:
             await self._freed.wait_for(lambda: self._pixels_free >= share)
             self._pixels_free -= share
         try:
-            return await self._call(render.render_image, str(path), budget, max_image_pixels)  # type: ignore[return-value]
+            return await self._call(render.render_image, str(path), budget, max_image_pixels)
         finally:
             async with self._freed:
                 self._pixels_free += share

@@ -21,6 +21,8 @@ RUN --mount=type=secret,id=hf_token,required=false \
 FROM vllm/vllm-openai:${VLLM_VERSION}
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 COPY --from=weights /models /models
+# Also in the image: with HF_HUB_OFFLINE=false the worker downloads another model at start.
+COPY builder/download_model.py /opt/builder/download_model.py
 
 # The engine's interpreter: the base image's Python, which has vLLM. The worker never imports
 # vLLM; it starts `vllm serve` (`python -m vllm.entrypoints.cli.main serve`) with this interpreter.

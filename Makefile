@@ -42,7 +42,7 @@ demo: $(VENV)/.demo
 lint: $(VENV)/.test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/hadolint Dockerfile
+	$(BIN)/hadolint Dockerfile .runpod/Dockerfile
 	$(BIN)/actionlint
 
 # The fast part (CPU engine, loopback S3 and HTTP, render processes) first, then the tests that

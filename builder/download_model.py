@@ -1,7 +1,7 @@
 """Bake a model's weights into the image at build time, and prove they are whole.
 
     python builder/download_model.py --model ORG/NAME [--revision REV] --cache-dir DIR \
-        [--token-file /run/secrets/hf_token] --record DIR/baked-model.json
+        [--token-file /run/secrets/hf_token] --record DIR/baked-model.json [--lock FILE]
 
 Downloads only what serving needs (weights, configs, tokenizer, processor, chat template) into a
 Hugging Face cache, so vLLM finds it by its hub id with HF_HUB_OFFLINE=1. Then every shard the
@@ -11,11 +11,17 @@ revision, files, bytes) that the worker reports at start.
 
 `--model` may also be a local directory, which is verified and recorded without downloading.
 Runs with the engine's interpreter (the base image's Python, which has huggingface_hub).
+
+The worker also runs it at start when the image bakes no model (the Hub variant): then `--lock`
+names a file on the network volume, so the workers of one endpoint download a model once; the
+others wait, then find it complete. A download killed half-way is resumed by the next run.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import json
 import os
 import struct
@@ -130,6 +136,22 @@ def record(model: str, revision: str | None, model_dir: Path, out: Path) -> dict
     return doc
 
 
+@contextlib.contextmanager
+def locked(path: Path | None, what: str):
+    """Hold an exclusive lock on `path` (released by the kernel if this process dies)."""
+    if path is None:
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"waiting for another worker's download of {what} (lock {path})", flush=True)
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, help="hub id (ORG/NAME) or a local directory")
@@ -139,21 +161,24 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--token-file", type=Path, help="file holding the Hugging Face token")
     parser.add_argument("--record", type=Path, required=True, help="where to write the record")
+    parser.add_argument("--lock", type=Path, help="hold this lock file while downloading")
     args = parser.parse_args(argv)
 
     token = None
     if args.token_file and args.token_file.is_file():
         token = args.token_file.read_text().strip() or None
     try:
-        if Path(args.model).is_dir():
-            model_dir = Path(args.model)
-        else:
-            model_dir = download(args.model, args.revision or None, args.cache_dir, token)
-        weights = verify(model_dir)
+        with locked(args.lock, args.model):
+            if Path(args.model).is_dir():
+                model_dir = Path(args.model)
+            else:
+                print(f"downloading {args.model} into {args.cache_dir}", flush=True)
+                model_dir = download(args.model, args.revision or None, args.cache_dir, token)
+            weights = verify(model_dir)
+            doc = record(args.model, args.revision, model_dir, args.record)
     except BakeError as exc:
         print(f"download_model: FAILED for {args.model}: {exc}", file=sys.stderr)
         return 1
-    doc = record(args.model, args.revision, model_dir, args.record)
     print(
         f"baked {args.model}@{doc['revision']}: {len(weights)} weight files, "
         f"{doc['bytes'] / 1e9:.2f} GB in {model_dir}"

@@ -29,8 +29,8 @@ def test_hub_json_lists_every_setting_with_the_images_default() -> None:
     # every setting is in the form, or left out on purpose (plumbing), never both or neither
     assert list(listed) == [name for name in declared if name not in omitted]
     assert omitted <= set(declared)
-    # the form's defaults are what the image runs with: its ENV where it sets one
-    image = image_env((ROOT / "Dockerfile").read_text())
+    # the form's defaults are what the Hub's image runs with: its ENV where it sets one
+    image = image_env((ROOT / ".runpod/Dockerfile").read_text())
     for entry in hub_env(image):
         spec = listed[entry["key"]]
         assert spec.get("default") == entry["input"].get("default"), entry["key"]
@@ -225,3 +225,17 @@ def test_release_workflow_names_images_safely() -> None:
     assert "cache-to: type=inline" in text and "mode=max" not in text  # no 40 GB layer cache
     assert "suffix=-${{ env.MODEL_SLUG }}" in text  # the model and revision are in the tags
     assert "runs-on: ${{ inputs.runner || vars.RUNNER || 'ubuntu-latest' }}" in text
+
+
+def test_the_hub_image_bakes_no_weights_and_downloads_at_start() -> None:
+    hub = (ROOT / ".runpod/Dockerfile").read_text()
+    main = (ROOT / "Dockerfile").read_text()
+    assert "download_model.py --model" not in hub and "AS weights" not in hub
+    env = image_env(hub)
+    assert env["HF_HUB_OFFLINE"] == "false" and "HF_HOME" not in env
+    assert "COPY builder/download_model.py /opt/builder/download_model.py" in hub
+    assert Settings.model_fields["model_downloader"].default == "/opt/builder/download_model.py"
+    # the rest is the main image's: same base, same pinned settings, same model by default
+    for line in ("ARG VLLM_VERSION=v0.32.0", "GDN_PREFILL_BACKEND=triton", "ENGINE=vllm"):
+        assert line in hub and line in main
+    assert f"MODEL_NAME={Settings.model_fields['model_name'].default}" in hub

@@ -46,6 +46,7 @@ HUB_OMITTED = frozenset(
         "vllm_startup_timeout_s",
         "hf_home",
         "hf_hub_offline",
+        "model_downloader",
         "cuda_graph_sizes",
         "request_timeout_s",
     }
@@ -207,7 +208,13 @@ class Settings(BaseSettings):
     hf_hub_offline: bool = Field(
         True,
         description="Never contact the Hugging Face hub at run time: weights are baked into the "
-        "image or MODEL_NAME is a local directory.",
+        "image or MODEL_NAME is a local directory. `false` (the Hub image): the worker downloads "
+        "the model at start into the network volume, once per endpoint.",
+    )
+    model_downloader: str = Field(
+        "/opt/builder/download_model.py",
+        description="The script that downloads and checks a model when `HF_HUB_OFFLINE` is "
+        "false (the Hub image, which bakes no weights), run with `VLLM_PYTHON`.",
     )
     openai_base_url: str | None = Field(
         None, description="Base URL of an external OpenAI-compatible server (`ENGINE=openai`)."

@@ -24,17 +24,16 @@ import signal
 import socket
 import subprocess
 import time
-from pathlib import Path
 from typing import Any
 
 import httpx
 
 from ..errors import EngineError
 from ..settings import Settings
+from .model_download import NETWORK_VOLUME, ensure_model
 
 log = logging.getLogger(__name__)
 
-NETWORK_VOLUME = Path("/runpod-volume")  # where RunPod mounts a serverless network volume
 HEALTH_INTERVAL_S = 5.0  # between health checks, and the time one check may take
 HEALTH_FAILURES_FATAL = 3  # consecutive failed checks: a hung server is given up within 30 s
 # Run in the engine's interpreter before vLLM: ask the kernel to send SIGTERM to the server when
@@ -195,11 +194,17 @@ class VllmServer:
         self.proc: asyncio.subprocess.Process | None = None
         self.facts: dict[str, Any] = {}
         self.tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
+        self.downloaded: dict[str, Any] | None = None
         self.failure: str | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> dict[str, Any]:
         """Spawn the server and wait until /health answers; returns facts about the start."""
+        t_download = time.perf_counter()
+        self.downloaded = await ensure_model(self.settings)
+        if self.downloaded is not None:
+            self.facts["downloaded"] = self.downloaded
+            self.facts["download_s"] = round(time.perf_counter() - t_download, 2)
         t0 = time.perf_counter()
         if port_taken(self.port):
             raise EngineError(
@@ -264,6 +269,8 @@ class VllmServer:
         }
         if self.settings.hf_home:
             env["HF_HOME"] = self.settings.hf_home
+        if self.downloaded is not None:  # downloaded at start: the engine reads it offline
+            env["HF_HOME"], env["HF_HUB_OFFLINE"] = self.downloaded["home"], "1"
         if NETWORK_VOLUME.is_dir():
             for name, where in CACHES.items():
                 env.setdefault(name, str(NETWORK_VOLUME / "vllm-cache" / where))

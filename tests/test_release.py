@@ -239,3 +239,12 @@ def test_the_hub_image_bakes_no_weights_and_downloads_at_start() -> None:
     for line in ("ARG VLLM_VERSION=v0.32.0", "GDN_PREFILL_BACKEND=triton", "ENGINE=vllm"):
         assert line in hub and line in main
     assert f"MODEL_NAME={Settings.model_fields['model_name'].default}" in hub
+
+
+def test_the_hub_test_runs_in_the_time_the_hub_gives_it() -> None:
+    # The Hub runs tests.json right after building: no model download (the CPU engine reads the
+    # pages), and time to pull the 20 GB image first.
+    tests = json.loads((ROOT / ".runpod/tests.json").read_text())
+    env = {e["key"]: e["value"] for e in tests["config"]["env"]}
+    assert env["ENGINE"] == "rapidocr"
+    assert all(case["timeout"] >= 15 * 60 * 1000 for case in tests["tests"])

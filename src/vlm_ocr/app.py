@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import logging
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ def model_present(settings: Settings) -> bool:
     if Path(settings.model_name).is_dir():
         return True
     hf_home = Path(settings.hf_home or Path.home() / ".cache" / "huggingface")
-    cache = Path(os.environ.get("HF_HUB_CACHE", hf_home / "hub"))
+    cache = Path(settings.hf_hub_cache or hf_home / "hub")
     return (cache / f"models--{settings.model_name.replace('/', '--')}").is_dir()
 
 

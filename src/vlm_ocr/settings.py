@@ -45,6 +45,7 @@ HUB_OMITTED = frozenset(
         "vllm_port",
         "vllm_startup_timeout_s",
         "hf_home",
+        "hf_hub_cache",
         "hf_hub_offline",
         "model_downloader",
         "cuda_graph_sizes",
@@ -204,6 +205,11 @@ class Settings(BaseSettings):
         None,
         description="Hugging Face home; the image bakes the weights into its cache here "
         "(`/models/hf`) with a record of what was baked (`baked-model.json`).",
+    )
+    hf_hub_cache: str | None = Field(
+        None,
+        description="Hugging Face hub cache, when not `HF_HOME/hub`; where `ENGINE=auto` looks for "
+        "the model (the engine reads it too).",
     )
     hf_hub_offline: bool = Field(
         True,

@@ -45,14 +45,46 @@ class Budget:
         return scale
 
 
+# Blank pages. The page is shrunk to about BLANK_SAMPLE_PIXELS by averaging (which flattens scanner
+# noise and speckle), and a pixel is ink when it is BLANK_INK_CONTRAST levels darker than the
+# paper (the median). Faint bleed-through from the back of the sheet stays well above that. A
+# page is blank when under BLANK_MAX_INK of it is ink. Measured on generated 1.6 MP scans: white,
+# noise (sigma 10 and 20), 0.2 % speckle, bleed-through at 15 % contrast and grey paper all give
+# 0; a lone page number "12" gives 6.7e-5, a small stray mark 9e-5, one line of text 1.4e-3 and
+# a page of text 1.4e-2. So anything that leaves a mark goes to the engine: losing a page number
+# is worse than reading a near-empty page.
+BLANK_DETECTOR = "ink-v1"
+BLANK_SAMPLE_PIXELS = 180_000
+BLANK_INK_CONTRAST = 80
+BLANK_MAX_INK = 1e-5
+
+
+def ink_fraction(image: Image.Image) -> float:
+    gray = image.convert("L")
+    factor = max(1, round(math.sqrt(gray.width * gray.height / BLANK_SAMPLE_PIXELS)))
+    if factor > 1:
+        gray = gray.reduce(factor)
+    hist = gray.histogram()
+    total = gray.width * gray.height
+    seen, paper = 0, 255
+    for level in range(255, -1, -1):  # the median, from the bright end
+        seen += hist[level]
+        if seen * 2 >= total:
+            paper = level
+            break
+    return sum(hist[: max(0, paper - BLANK_INK_CONTRAST)]) / total
+
+
 @dataclass(frozen=True)
 class PageImage:
-    """A rendered page as PNG; `sha256` identifies its pixels (used to reuse stored results)."""
+    """A rendered page as PNG; `sha256` identifies its pixels (used to reuse stored results);
+    `blank` says it has no ink to read (see `ink_fraction`)."""
 
     png: bytes = field(repr=False)
     sha256: str
     width: int
     height: int
+    blank: bool = False
 
     @classmethod
     def of(cls, image: Image.Image) -> PageImage:
@@ -60,7 +92,8 @@ class PageImage:
         digest.update(image.tobytes())
         buf = io.BytesIO()
         image.save(buf, format="PNG", compress_level=PNG_LEVEL)
-        return cls(buf.getvalue(), digest.hexdigest(), image.width, image.height)
+        blank = ink_fraction(image) < BLANK_MAX_INK
+        return cls(buf.getvalue(), digest.hexdigest(), image.width, image.height, blank)
 
     def pil(self) -> Image.Image:
         return Image.open(io.BytesIO(self.png)).convert("RGB")
@@ -116,14 +149,14 @@ def render_pdf_page(path: str, number: int, budget: Budget) -> PageImage:
         raise
     except Exception as exc:  # MuPDF raises plain RuntimeErrors for broken pages
         raise PageError("render", f"page {number} could not be rendered: {exc}") from None
-    if doc.is_repaired and pix.is_unicolor:
+    page_image = PageImage.of(Image.frombytes("RGB", (pix.width, pix.height), pix.samples))
+    if doc.is_repaired and page_image.blank:
         raise PageError(
             "render",
             f"page {number} came out blank from a damaged PDF (MuPDF had to repair the file; "
             "it is probably truncated): send the complete file",
         )
-    image = Image.frombytes("RGB", (pix.width, pix.height), pix.samples)
-    return PageImage.of(image)
+    return page_image
 
 
 def render_image(path: str, budget: Budget, max_image_pixels: int) -> PageImage:

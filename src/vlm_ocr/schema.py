@@ -173,7 +173,10 @@ class PageReport(BaseModel):
 
     page: int = Field(description="1-based page number in the document (or image index).")
     source: str
-    status: Literal["ok", "failed"]
+    status: Literal["ok", "blank", "failed"] = Field(
+        description="`ok`: text stored; `blank`: no ink on the page, stored empty without the "
+        "engine; `failed`: see `error`."
+    )
     key: str | None = Field(None, description="Where the page text is stored.")
     url: str | None = Field(None, description="Presigned GET URL, when asked for.")
     chars: int = 0

@@ -27,7 +27,7 @@ from .cpu_pool import CpuPool
 from .engines.base import Engine, Recognition
 from .errors import EngineError, InputError, PageError, StorageError
 from .prompts import Prompt, resolve
-from .render import Budget, PageImage, pdf_page_image
+from .render import BLANK_DETECTOR, Budget, PageImage, pdf_page_image
 from .schema import JobInput, JobReport, PageReport
 from .settings import Settings
 from .sources import Limits, PageRef, Rendering, load_document
@@ -78,14 +78,14 @@ def verdict(
     manifest_error: str | None = None,
 ) -> Verdict:
     """The one place a job's status is decided, from its pages and what failed around them."""
-    ok = [p.page for p in pages if p.status == "ok"]
+    ok = [p.page for p in pages if p.status != "failed"]  # stored: text, or blank
     status: Literal["ok", "partial", "failed"] = (
         "failed" if not ok else ("ok" if len(ok) == len(pages) else "partial")
     )
     messages = list(problems)
     if store_error or manifest_error:
-        # A page is "ok" only once its text is stored, so the two lists follow from the status.
-        not_stored = [p.page for p in pages if p.status != "ok"]
+        # A page is ok or blank only once its text is stored: the two lists follow from status.
+        not_stored = [p.page for p in pages if p.status == "failed"]
         messages.append(
             f"the store failed: {store_error or manifest_error}. "
             f"Stored pages: {_ranges(ok) or 'none'}; not stored: {_ranges(not_stored) or 'none'}"
@@ -214,7 +214,8 @@ class Worker:
     ) -> dict[str, Any]:
         t0 = time.perf_counter()
         prompt = resolve(job.prompt, job.custom_prompt, self.settings.default_prompt)
-        fingerprint = self.engine.fingerprint(prompt)
+        # the blank-page detector decides some texts too (empty ones)
+        fingerprint = self.engine.fingerprint(prompt) | {"blank_detector": BLANK_DETECTOR}
         try:
             document = await load_document(
                 job, self.budget(job), self.limits(), self.inputs, self.rendering
@@ -279,32 +280,35 @@ class Worker:
         rec: Recognition | None = None
         key = partial_key = text = None
         chars = 0
-        reused = False
+        reused = blank = False
         error: PageError | None = None
         try:
             job.check_alive(self.engine)
             image = await ref.image()
             timings["render_s"] = _since(t0)
             job.check_alive(self.engine)
-            record = PageRecord(image.sha256, job.fingerprint_id, 0)
-            stored = await self._stored(job.keys.page(ref.number), record, job)
-            if stored is not None:
-                key, reused = job.keys.page(ref.number), True
+            page_key = job.keys.page(ref.number)
+            t_store = time.perf_counter()
+            if image.blank:  # nothing to read: stored empty, without the engine
+                record = PageRecord(image.sha256, job.fingerprint_id, 0)
+                key = await self._put(page_key, "", record, job)
+                text, blank = "", True
+            elif (stored := await self._stored(page_key, image.sha256, job)) is not None:
+                key, reused = page_key, True
                 chars, text = stored
             else:
                 rec = await self._recognize(image, job, timings)
                 t_store = time.perf_counter()
-                if rec.ok:
-                    record = PageRecord(image.sha256, job.fingerprint_id, len(rec.text))
-                    key = await self._put(job.keys.page(ref.number), rec.text, record, job)
-                    chars, text = len(rec.text), rec.text
-                else:
+                if not rec.ok:
                     chars = len(rec.text)
                     partial_key, unsaved = await self._put_partial(ref.number, rec, job)
                     raise PageError(
                         "engine", (rec.problem or f"stopped by {rec.finish_reason}") + unsaved
                     )
-                timings["store_s"] = _since(t_store)
+                record = PageRecord(image.sha256, job.fingerprint_id, len(rec.text))
+                key = await self._put(page_key, rec.text, record, job)
+                chars, text = len(rec.text), rec.text
+            timings["store_s"] = _since(t_store)
         except PageError as exc:
             error = exc
         except Exception as exc:  # a bug must fail this page, not the job's other pages
@@ -314,7 +318,7 @@ class Worker:
         report = PageReport(
             page=ref.number,
             source=ref.source,
-            status="failed" if error else "ok",
+            status="failed" if error else ("blank" if blank else "ok"),
             key=key,
             partial_key=partial_key,
             chars=chars,
@@ -338,14 +342,14 @@ class Worker:
             )
         return report
 
-    async def _stored(self, key: str, want: PageRecord, job: _Job) -> tuple[int, str | None] | None:
+    async def _stored(self, key: str, sha256: str, job: _Job) -> tuple[int, str | None] | None:
         """(characters, text if the job returns text) of the stored page, when it was made from
         the same pixels by the same engine; None when it must be recognized."""
         try:
             have = await self.store.record(key)
             if have is None or (have.image_sha256, have.fingerprint) != (
-                want.image_sha256,
-                want.fingerprint,
+                sha256,
+                job.fingerprint_id,
             ):
                 return None
             return have.chars, (await self.store.read_text(key) if job.job.return_text else None)
@@ -449,6 +453,7 @@ def _totals(pages: list[PageReport]) -> dict[str, int]:
     return {
         "pages": len(pages),
         "ok": sum(p.status == "ok" for p in pages),
+        "blank": sum(p.status == "blank" for p in pages),
         "failed": sum(p.status == "failed" for p in pages),
         "reused": sum(p.reused for p in pages),
         "chars": sum(p.chars for p in pages if p.status == "ok"),

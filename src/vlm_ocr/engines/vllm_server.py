@@ -80,20 +80,29 @@ def cuda_graph_sizes(settings: Settings) -> list[int]:
     return sorted(sizes)
 
 
-def compute_capability() -> float | None:
-    """The first GPU's compute capability as nvidia-smi reports it (9.0 for Hopper), or None."""
+def nvidia_smi(*fields: str) -> list[str] | None:
+    """One line per GPU of `nvidia-smi --query-gpu=FIELDS`; None without a usable nvidia-smi."""
     smi = shutil.which("nvidia-smi")
     if not smi:
         return None
     try:
         out = subprocess.run(
-            [smi, "--query-gpu=compute_cap", "--format=csv,noheader"],
+            [smi, f"--query-gpu={','.join(fields)}", "--format=csv,noheader"],
             capture_output=True,
             text=True,
             timeout=10,
-        ).stdout.split()
-        return float(out[0]) if out else None
-    except (OSError, subprocess.SubprocessError, ValueError):
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return [line.strip() for line in out.splitlines() if line.strip()]
+
+
+def compute_capability() -> float | None:
+    """The first GPU's compute capability (9.0 for Hopper), or None."""
+    lines = nvidia_smi("compute_cap")
+    try:
+        return float(lines[0]) if lines else None
+    except ValueError:
         return None
 
 
@@ -148,19 +157,8 @@ def server_argv(settings: Settings, port: int, kv_cache_dtype: str = "fp8") -> l
 
 def gpu_name() -> str:
     """The GPU(s) as nvidia-smi names them, or 'none'."""
-    smi = shutil.which("nvidia-smi")
-    if not smi:
-        return "none"
-    try:
-        out = subprocess.run(
-            [smi, "--query-gpu=name,memory.total", "--format=csv,noheader"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return "; ".join(line.strip() for line in out.splitlines() if line.strip()) or "none"
+    lines = nvidia_smi("name", "memory.total")
+    return "; ".join(lines) if lines else "none"
 
 
 def free_port() -> int:

@@ -50,7 +50,8 @@ class FaultProxy:
                 if action and action[0] == "delay":
                     time.sleep(action[1])
                 if action and action[0] == "hold":
-                    proxy.release.wait(action[1])
+                    released = proxy.release.wait(action[1])
+                    proxy.seen.append((self.command, self.path, "released" if released else "late"))
                 proxy.seen.append((self.command, self.path, "pass"))
                 proxy.times.append((self.command, self.path, time.monotonic()))
                 conn = http.client.HTTPConnection(*upstream, timeout=30)

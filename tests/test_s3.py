@@ -292,25 +292,29 @@ def test_sixteen_jobs_at_once_into_one_bucket(
 
 
 def test_uploads_overlap_recognition(loop, make_worker, s3_endpoint: str, bucket: str) -> None:
-    """Page 1's upload is held until page 3's upload arrives: the job can only finish if
-    pages 2-3 were recognized and stored while page 1's upload was still open."""
+    """Page 1's upload is held open until the uploads of pages 2 and 3 have both arrived: it can
+    only be released if those pages were recognized and stored while it was still open."""
     proxy = proxy_for(s3_endpoint)
+    arrived: set[str] = set()
 
     def rule(method: str, path: str):
-        if method == "PUT" and path.endswith("page-0003.md"):
-            proxy.release.set()
-        if method == "PUT" and path.endswith("page-0001.md"):
-            return ("hold", 120.0)
+        name = path.rsplit("/", 1)[-1]
+        if method == "PUT" and name in ("page-0002.md", "page-0003.md"):
+            arrived.add(name)
+            if len(arrived) == 2:
+                proxy.release.set()
+        if method == "PUT" and name == "page-0001.md":
+            return ("hold", 300.0)
         return None
 
     proxy.rule = rule
     try:
-        settings = bucket_settings(proxy.url, bucket, bucket_read_timeout_s=180)
+        settings = bucket_settings(proxy.url, bucket, bucket_read_timeout_s=400)
         worker, _ = make_worker(settings)
         job = pdf_job(samples.numbered_pages(3, lines=2), "overlap")
         result = loop.run(worker.run("o1", job))
     finally:
         proxy.close()
     assert result["status"] == "ok", result.get("error")
-    puts = [p.rsplit("/", 1)[-1] for m, p, _ in proxy.times if m == "PUT" and "/page-" in p]
-    assert puts.index("page-0001.md") > max(puts.index("page-0002.md"), puts.index("page-0003.md"))
+    held = [o for m, p, o in proxy.seen if m == "PUT" and p.endswith("page-0001.md")]
+    assert held[0] == "released", "page 1's upload was released by the uploads of pages 2-3"

@@ -123,7 +123,8 @@ class Settings(BaseSettings):
         0,
         ge=0,
         description="Pages of one job in flight at once; 0 = as many as the engine takes "
-        "(`MAX_CONCURRENT_PAGES`), so one large job fills the engine.",
+        "(`MAX_CONCURRENT_PAGES`) plus two per render process, so one large job fills the engine "
+        "while its next pages render and its last ones upload.",
     )
     max_concurrent_pages: int = Field(
         0,

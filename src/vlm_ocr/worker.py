@@ -129,7 +129,8 @@ class Worker:
         # Rendered pages held at once, across jobs: those at the engine and a few ready to go.
         # A page takes its place before it renders and gives it back when it leaves the engine,
         # so memory follows the engine's size, not the number of pages jobs put in flight.
-        self.rendered_gate = asyncio.Semaphore(self.engine_slots + 2 * self.pool.size)
+        self.rendered_slots = self.engine_slots + 2 * self.pool.size
+        self.rendered_gate = asyncio.Semaphore(self.rendered_slots)
         self._prefixes: set[str] = set()  # result prefixes of the jobs running now
 
     # --- cold start -----------------------------------------------------------------------------
@@ -225,10 +226,11 @@ class Worker:
         loaded = time.perf_counter()
 
         state = _Job(job, keys, prompt, _digest(fingerprint), progress, len(document.pages))
-        job_gate = asyncio.Semaphore(self.settings.job_max_concurrent_pages or self.engine_slots)
+        # By default a job may fill the engine and keep renders and uploads going beside it.
+        job_gate = asyncio.Semaphore(self.settings.job_max_concurrent_pages or self.rendered_slots)
 
         async def bounded(ref: PageRef) -> PageReport:
-            async with job_gate, self.rendered_gate:
+            async with job_gate:
                 return await self._page(ref, state)
 
         try:
@@ -284,21 +286,26 @@ class Worker:
         error: PageError | None = None
         try:
             job.check_alive(self.engine)
-            image = await ref.image()
-            timings["render_s"] = _since(t0)
-            job.check_alive(self.engine)
             page_key = job.keys.page(ref.number)
+            stored = None
+            async with self.rendered_gate:  # from rendering until the engine is done with it
+                image = await ref.image()
+                timings["render_s"] = _since(t0)
+                job.check_alive(self.engine)
+                if not image.blank:
+                    stored = await self._stored(page_key, image.sha256, job)
+                    if stored is None:
+                        rec = await self._recognize(image, job, timings)
             t_store = time.perf_counter()
             if image.blank:  # nothing to read: stored empty, without the engine
                 record = PageRecord(image.sha256, job.fingerprint_id, 0)
                 key = await self._put(page_key, "", record, job)
                 text, blank = "", True
-            elif (stored := await self._stored(page_key, image.sha256, job)) is not None:
+            elif stored is not None:
                 key, reused = page_key, True
                 chars, text = stored
             else:
-                rec = await self._recognize(image, job, timings)
-                t_store = time.perf_counter()
+                assert rec is not None
                 if not rec.ok:
                     chars = len(rec.text)
                     partial_key, unsaved = await self._put_partial(ref.number, rec, job)

@@ -95,6 +95,9 @@ def test_unreadable_pdf_fails_job_with_field(run) -> None:
         "error": "input.pdf.base64: the data is not a PDF (it does not start with %PDF)"
     }
     assert "input: give exactly one document" in run({})["error"]
+    garbage = run({"pdf": {"base64": b64(b"%PDF-1.4\n" + bytes(range(256)) * 8)}})
+    assert garbage["error"].startswith("input.pdf.base64: the PDF is corrupt or truncated")
+    assert "vlm-ocr-job" not in garbage["error"] and "input-0" not in garbage["error"]
 
 
 def test_rerun_reuses_stored_pages(run) -> None:

@@ -128,7 +128,7 @@ def inspect_pdf(path: str) -> PdfInfo:
         doc = _open(path)
     except Exception as exc:
         raise PageError(
-            "open", f"the PDF is corrupt or truncated and cannot be opened ({exc})"
+            "open", f"the PDF is corrupt or truncated and cannot be opened ({_said(exc, path)})"
         ) from None
     if doc.needs_pass:
         raise PageError("open", "the PDF is encrypted with a password; send an unencrypted copy")
@@ -148,7 +148,9 @@ def render_pdf_page(path: str, number: int, budget: Budget) -> PageImage:
     except PageError:
         raise
     except Exception as exc:  # MuPDF raises plain RuntimeErrors for broken pages
-        raise PageError("render", f"page {number} could not be rendered: {exc}") from None
+        raise PageError(
+            "render", f"page {number} could not be rendered: {_said(exc, path)}"
+        ) from None
     page_image = PageImage.of(Image.frombytes("RGB", (pix.width, pix.height), pix.samples))
     if doc.is_repaired and page_image.blank:
         raise PageError(
@@ -178,7 +180,9 @@ def render_image(path: str, budget: Budget, max_image_pixels: int) -> PageImage:
                 img = img.reduce(factor)  # a cheap box filter first, then a small exact resize
             img = img.resize(size, Image.Resampling.LANCZOS)
     except (OSError, SyntaxError, ValueError) as exc:
-        raise PageError("decode", f"the image is corrupt or truncated ({exc})") from None
+        raise PageError(
+            "decode", f"the image is corrupt or truncated ({_said(exc, path)})"
+        ) from None
     return PageImage.of(_to_rgb(img))
 
 
@@ -212,6 +216,11 @@ def image_pixels(path: str) -> int:
             return img.width * img.height
     except Exception:
         return 0
+
+
+def _said(exc: Exception, path: str) -> str:
+    """A library's error message, without the worker's spill-file path in it."""
+    return str(exc).replace(path, "the file").replace(Path(path).name, "the file")
 
 
 def _check_aspect(width: float, height: float) -> None:

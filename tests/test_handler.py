@@ -115,8 +115,11 @@ def test_runsync_over_http(api_server) -> None:
     assert resp.status_code == 200
     body = resp.json()
     assert body["status"] == "COMPLETED", body
-    output = body["output"]
-    assert output["totals"]["ok"] == 2
+    # The handler streams: the aggregated output is the pages as they were stored, then the result.
+    *pages_streamed, last = body["output"]
+    assert sorted(item["page"]["page"] for item in pages_streamed) == [1, 2]
+    output = last["result"]
+    assert last["event"] == "result" and output["totals"]["ok"] == 2
     for page, truth in zip(output["pages"], pages, strict=True):
         assert similarity((out / page["key"]).read_text(), samples.page_text(truth)) >= 0.9
 
@@ -126,8 +129,10 @@ def test_runsync_bad_input_is_failed_job(api_server) -> None:
     body = httpx.post(
         url + "/runsync", json={"input": {"pdf": {"url": "ftp://x"}}}, timeout=60
     ).json()
-    assert body["status"] == "FAILED"
-    assert "input.pdf.url" in body["error"] and "https" in body["error"]
+    # A job that stores nothing ends with its error as the last item (RunPod marks the job
+    # failed; the SDK's local server lists the item).
+    error = body.get("error") or body["output"][-1]["error"]
+    assert "input.pdf.url" in error and "https" in error
 
 
 def test_each_page_reports_progress_through_the_sdk(monkeypatch, loop, worker) -> None:
@@ -153,3 +158,105 @@ def test_each_page_reports_progress_through_the_sdk(monkeypatch, loop, worker) -
     assert sorted(p["done"] for _, p in sent) == [1, 2, 3]
     assert {job_id for job_id, _ in sent} == {"job-p"}
     assert sorted(p["page"] for _, p in sent) == [1, 2, 3] and all(p["total"] == 3 for _, p in sent)
+
+
+class HeldEngine:
+    """Answers at once, except the `held`-th request, which waits until `release()`."""
+
+    default_concurrency = 4
+
+    def __init__(self, loop, held: int) -> None:
+        import asyncio
+
+        from vlm_ocr.engines.base import EngineFacts
+
+        self.loop, self.held, self.calls = loop, held, 0
+        self.facts = EngineFacts(name="held", version="1")
+        self.failure = None
+        self.gate = loop.run(_event())
+        self._asyncio = asyncio
+
+    def release(self) -> None:
+        self.loop.loop.call_soon_threadsafe(self.gate.set)
+
+    async def recognize(self, page, prompt):
+        from vlm_ocr.engines.base import Recognition
+
+        self.calls += 1
+        if self.calls == self.held:
+            await self.gate.wait()
+        return Recognition(f"text {page.sha256[:8]}", finish_reason="stop")
+
+    def fingerprint(self, prompt):
+        return {"engine": "held"}
+
+    def terminate(self) -> None:
+        pass
+
+
+async def _event():
+    import asyncio
+
+    return asyncio.Event()
+
+
+def stream_items(loop, worker, job: dict, on_item=None) -> list[dict]:
+    import asyncio
+
+    import handler as entry
+
+    async def consume() -> list[dict]:
+        items = []
+        async for item in entry.make_stream_handler(loop, worker)(job):
+            items.append(item)
+            if on_item:
+                on_item(items)
+        return items
+
+    return asyncio.run(consume())
+
+
+def test_pages_stream_as_they_are_stored_then_the_result(tmp_path, loop, cpu_pool) -> None:
+    from .conftest import make_settings, new_worker
+
+    engine = HeldEngine(loop, held=3)
+    worker = new_worker(loop, make_settings(tmp_path), engine, cpu_pool)
+    pdf = samples.pdf_from_pages(samples.numbered_pages(3, lines=2))
+    job = {"id": "job-s", "input": {"pdf": {"base64": b64(pdf)}, "return_text": True}}
+
+    # The third page's answer is held until two pages have been streamed: the job cannot have
+    # ended before they arrived.
+    items = stream_items(loop, worker, job, lambda got: len(got) == 2 and engine.release())
+    *pages, last = items
+    assert [item["event"] for item in pages] == ["page"] * 3
+    assert [item["done"] for item in pages] == [1, 2, 3] and {i["total"] for i in pages} == {3}
+    assert sorted(item["page"]["page"] for item in pages) == [1, 2, 3]
+    for item in pages:
+        page = item["page"]
+        assert page["status"] == "ok" and page["text"].startswith("text ")
+        assert (tmp_path / "out" / page["key"]).read_text() == page["text"]
+    assert last["event"] == "result" and last["result"]["status"] == "ok"
+    assert last["result"]["totals"]["ok"] == 3
+
+
+def test_a_failed_page_streams_as_a_page_and_the_job_completes(tmp_path, loop, cpu_pool) -> None:
+    from .conftest import make_settings, new_worker, page_image, png_bytes
+
+    engine = HeldEngine(loop, held=0)
+    worker = new_worker(loop, make_settings(tmp_path), engine, cpu_pool)
+    good = b64(png_bytes(page_image(["A readable page."])))
+    job = {"id": "job-f", "input": {"images": [{"base64": b64(b"not an image")}, {"base64": good}]}}
+    *pages, last = stream_items(loop, worker, job)
+    # No top-level `error` in a page item: the SDK would end the job on it.
+    assert all("error" not in item for item in pages)
+    failed = next(item["page"] for item in pages if item["page"]["status"] == "failed")
+    assert failed["page"] == 1 and "input.images[0]" in failed["error"]
+    assert last["result"]["status"] == "partial"
+
+
+def test_a_job_that_stores_nothing_ends_the_stream_with_its_error(tmp_path, loop, cpu_pool) -> None:
+    from .conftest import make_settings, new_worker
+
+    worker = new_worker(loop, make_settings(tmp_path), HeldEngine(loop, held=0), cpu_pool)
+    items = stream_items(loop, worker, {"id": "job-e", "input": {"pdf": {"url": "ftp://x"}}})
+    assert len(items) == 1 and "input.pdf.url" in items[0]["error"]

@@ -10,10 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
+E = TypeVar("E")
+
+
+@dataclass(frozen=True)
+class Finished(Generic[T]):
+    """The last item of `WorkerLoop.stream`: what the coroutine returned."""
+
+    value: T
 
 
 class WorkerLoop:
@@ -31,6 +40,34 @@ class WorkerLoop:
     async def submit(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run `coro` on the worker loop and await it from any other loop."""
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.loop))
+
+    async def stream(
+        self, start: Callable[[Callable[[E], None]], Coroutine[Any, Any, T]]
+    ) -> AsyncIterator[E | Finished[T]]:
+        """Run `start(emit)` on the worker loop and yield, on the caller's loop, each event it
+        emits as it comes, then `Finished(result)`. Closing the iterator early (the job was
+        cancelled) cancels the coroutine."""
+        caller = asyncio.get_running_loop()
+        events: asyncio.Queue[E] = asyncio.Queue()
+
+        def emit(event: E) -> None:  # called on the worker loop's thread
+            caller.call_soon_threadsafe(events.put_nowait, event)
+
+        done = asyncio.ensure_future(self.submit(start(emit)))
+        try:
+            while not done.done():
+                next_event = asyncio.ensure_future(events.get())
+                await asyncio.wait({next_event, done}, return_when=asyncio.FIRST_COMPLETED)
+                if next_event.done():
+                    yield next_event.result()
+                else:
+                    next_event.cancel()
+            # Events emitted before the result were queued before it (one thread, in order).
+            while not events.empty():
+                yield events.get_nowait()
+            yield Finished(done.result())
+        finally:
+            done.cancel()
 
     def stop(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)

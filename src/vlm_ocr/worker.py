@@ -34,7 +34,27 @@ from .sources import Limits, PageRef, Rendering, load_document
 from .storage import TEXT_TYPE, BucketInputs, JobKeys, PageRecord, Store, put_json
 
 log = logging.getLogger(__name__)
-Progress = Callable[[dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class PageDone:
+    """One page's outcome the moment it is stored (or failed): what a job streams."""
+
+    report: PageReport
+    done: int
+    total: int
+
+    def update(self) -> dict[str, Any]:
+        """The short form RunPod's progress updates carry."""
+        return {
+            "done": self.done,
+            "total": self.total,
+            "page": self.report.page,
+            "status": self.report.status,
+        }
+
+
+Progress = Callable[[PageDone], None]
 
 
 @dataclass
@@ -344,9 +364,7 @@ class Worker:
         )
         job.done += 1
         if job.progress is not None:
-            job.progress(
-                {"done": job.done, "total": job.total, "page": ref.number, "status": report.status}
-            )
+            job.progress(PageDone(report, job.done, job.total))
         return report
 
     async def _stored(self, key: str, sha256: str, job: _Job) -> tuple[int, str | None] | None:

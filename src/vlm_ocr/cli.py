@@ -4,6 +4,7 @@ vlm-ocr run FILE... [--out DIR]   OCR local PDFs and images, as a job would
 vlm-ocr bench [--pages N]         pages/s and per-stage time through the pipeline
 vlm-ocr eval PAGES.jsonl          accuracy against ground truth (or --compare A B)
 vlm-ocr plan CONFIG.json          GPU memory, and the pages that fit in the KV cache
+vlm-ocr submit FILE.pdf --endpoint ID   a large PDF spread over an endpoint's workers
 """
 
 from __future__ import annotations
@@ -73,6 +74,32 @@ def main(argv: list[str] | None = None) -> int:
     )
     plan.add_arguments(sub.add_parser("plan", help="GPU memory and pages at once for a model"))
 
+    submit = sub.add_parser(
+        "submit", help="spread a large PDF over an endpoint's workers and put it back together"
+    )
+    submit.add_argument("file", type=Path)
+    submit.add_argument("--endpoint", required=True, help="the RunPod endpoint id")
+    submit.add_argument(
+        "--pages-per-job",
+        type=int,
+        default=50,
+        help="pages per job (default 50: 8 such jobs keep one worker's engine full, and a "
+        "2,000-page document still spreads over many workers)",
+    )
+    submit.add_argument(
+        "--prefix", help="where in the bucket (default documents/<name>-<content hash>)"
+    )
+    submit.add_argument(
+        "--retries", type=int, default=2, help="resubmissions of a job that did not complete"
+    )
+    submit.add_argument(
+        "--resume",
+        action="store_true",
+        help="skip the jobs the document manifest of an earlier run records as complete",
+    )
+    submit.add_argument("--out", type=Path, help="also write document.json and .txt here")
+    submit.add_argument("--prompt", help="prompt preset for every job")
+
     args = parser.parse_args(argv)
     if args.command == "plan":
         return plan.plan_main(args)
@@ -84,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(_run(settings, args))
     if args.command == "eval":
         return asyncio.run(evaluate.eval_main(settings, args))
+    if args.command == "submit":
+        return asyncio.run(_submit(settings, args))
     if args.command == "bench" and args.memory:
         from .bench import memory_main, render_overhead
 
@@ -120,6 +149,79 @@ async def _run(settings: Settings, args: argparse.Namespace) -> int:
     finally:
         await worker.close()
     return 1 if failed else 0
+
+
+async def _submit(settings: Settings, args: argparse.Namespace) -> int:
+    """Run a submission with a progress bar over pages; Ctrl-C cancels the jobs it submitted."""
+    import signal
+
+    from tqdm import tqdm
+
+    from .endpoint import EndpointError
+    from .schema import format_ranges
+    from .storage import StorageError
+    from .submit import Options, Submission, pdf_page_count
+
+    if not args.file.is_file():
+        print(f"vlm-ocr submit: no such file: {args.file}", file=sys.stderr)
+        return 2
+    options = Options(
+        args.endpoint,
+        pages_per_job=args.pages_per_job,
+        prefix=args.prefix,
+        retries=args.retries,
+        resume=args.resume,
+        out=args.out,
+        job_options={"prompt": args.prompt} if args.prompt else None,
+    )
+    try:
+        total = pdf_page_count(args.file)
+        bar = tqdm(total=total, unit="page", desc=args.file.name)
+        done: set[int] = set()
+
+        def on_page(page: dict[str, Any]) -> None:
+            if page["page"] not in done and page["status"] != "failed":
+                done.add(page["page"])
+                bar.update(1)
+
+        submission = Submission(args.file, settings, options, on_page=on_page)
+    except ValueError as exc:
+        print(f"vlm-ocr submit: {exc}", file=sys.stderr)
+        return 2
+    task = asyncio.ensure_future(submission.run())
+    asyncio.get_running_loop().add_signal_handler(signal.SIGINT, task.cancel)
+    try:
+        manifest = await task
+    except asyncio.CancelledError:
+        bar.close()
+        cancelled = await submission.cancel_active()
+        m = submission.manifest
+        stored = sorted(p.page for p in (m.pages if m else []) if p.status != "failed")
+        print(
+            f"interrupted: cancelled {len(cancelled)} job(s); pages stored: "
+            f"{format_ranges(stored) or 'none'}; run again (with --resume) to finish",
+            file=sys.stderr,
+        )
+        return 130
+    except (ValueError, EndpointError, StorageError) as exc:
+        bar.close()
+        print(f"vlm-ocr submit: {exc}", file=sys.stderr)
+        return 1
+    bar.close()
+    t = manifest.totals
+    uri = submission.store.uri
+    print(
+        f"{args.file}: {t['pages']} pages in {t['jobs']} jobs ({t['submissions']} submissions): "
+        f"{t['ok']} ok, {t['blank']} blank, {t['failed']} failed, {t['reused']} reused; "
+        f"{manifest.wall_s:.1f} s"
+    )
+    print(f"manifest: {uri(manifest.manifest_key)}")
+    if manifest.text_key:
+        print(f"text:     {uri(manifest.text_key)}")
+    for part in manifest.parts:
+        if part.status != "ok":
+            print(f"  pages {part.pages}: {part.status}: {part.error}")
+    return 0 if manifest.complete else 1
 
 
 def _summary(path: Path, result: dict[str, Any], uri: Any) -> str:

@@ -214,3 +214,14 @@ class JobReport(BaseModel):
     fingerprint: dict[str, Any]
     notes: list[str] = Field(default_factory=list)
     errors: list[str] = Field(default_factory=list)
+
+
+def format_ranges(numbers: list[int]) -> str:
+    """[1,2,3,5] -> '1-3,5'."""
+    out: list[list[int]] = []
+    for n in sorted(numbers):
+        if out and n == out[-1][1] + 1:
+            out[-1][1] = n
+        else:
+            out.append([n, n])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in out)

@@ -30,8 +30,9 @@ MAX_SIDE_LIMIT = 8192
 
 
 # Plumbing the image sets and an endpoint's form should not offer: paths and interpreters inside
-# the image, the engine's loopback port, local-development switches and the worker's internal
-# timeouts and pools. They stay settable as environment variables; the Hub form leaves them out.
+# the image, the engine's loopback port, local-development switches, the worker's internal
+# timeouts and pools, and the fan-out client's own settings. They stay settable as environment
+# variables; the Hub form leaves them out.
 HUB_OMITTED = frozenset(
     {
         "output_dir",
@@ -50,6 +51,8 @@ HUB_OMITTED = frozenset(
         "model_downloader",
         "cuda_graph_sizes",
         "request_timeout_s",
+        "runpod_api_key",
+        "runpod_api_base",
     }
 )
 
@@ -232,6 +235,15 @@ class Settings(BaseSettings):
         4, ge=1, description="Attempts per page when it stops by length or repetition."
     )
     request_timeout_s: float = Field(600.0, description="Time limit for one page request.")
+
+    # --- the fan-out client (`vlm-ocr submit`), not the worker -----------------------------
+    runpod_api_key: str | None = Field(
+        None, description="RunPod API key for `vlm-ocr submit` (client side; never logged)."
+    )
+    runpod_api_base: str = Field(
+        "https://api.runpod.ai/v2",
+        description="RunPod's endpoint API base URL for `vlm-ocr submit`.",
+    )
 
     @field_validator("log_level")
     @classmethod

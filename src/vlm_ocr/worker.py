@@ -28,7 +28,7 @@ from .engines.base import Engine, Recognition
 from .errors import EngineError, InputError, PageError, StorageError
 from .prompts import Prompt, resolve
 from .render import BLANK_DETECTOR, Budget, PageImage, pdf_page_image
-from .schema import JobInput, JobReport, PageReport
+from .schema import JobInput, JobReport, PageReport, format_ranges
 from .settings import Settings
 from .sources import Limits, PageRef, Rendering, load_document
 from .storage import TEXT_TYPE, BucketInputs, JobKeys, PageRecord, Store, put_json
@@ -108,7 +108,8 @@ def verdict(
         not_stored = [p.page for p in pages if p.status == "failed"]
         messages.append(
             f"the store failed: {store_error or manifest_error}. "
-            f"Stored pages: {_ranges(ok) or 'none'}; not stored: {_ranges(not_stored) or 'none'}"
+            f"Stored pages: {format_ranges(ok) or 'none'}; "
+            f"not stored: {format_ranges(not_stored) or 'none'}"
             + ("" if manifest_error is None else "; the manifest was not written")
         )
     if engine_error:
@@ -485,14 +486,3 @@ def _totals(pages: list[PageReport]) -> dict[str, int]:
         "prompt_tokens": sum(p.prompt_tokens or 0 for p in pages),
         "output_tokens": sum(p.output_tokens or 0 for p in pages),
     }
-
-
-def _ranges(numbers: list[int]) -> str:
-    """[1,2,3,5] -> '1-3,5'."""
-    out: list[list[int]] = []
-    for n in sorted(numbers):
-        if out and n == out[-1][1] + 1:
-            out[-1][1] = n
-        else:
-            out.append([n, n])
-    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in out)

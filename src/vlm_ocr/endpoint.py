@@ -1,0 +1,107 @@
+"""A client of one RunPod serverless endpoint, over RunPod's documented routes.
+
+`POST {base}/{endpoint}/run`, `GET /status/{job}`, `GET /stream/{job}`, `POST /cancel/{job}`,
+with the API key as a bearer token. The RunPod SDK's `Endpoint` class covers the same routes
+but keeps the key and base URL in module globals and does not back off when RunPod answers 429;
+this client does both per instance, so a fan-out of many jobs stays within the rate limits and
+the base URL can point at a stand-in that speaks the same routes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from typing import Any
+
+import httpx
+
+log = logging.getLogger(__name__)
+
+# Job states RunPod reports; the last four are final.
+FINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMED_OUT"})
+RETRY_STATUS = frozenset({429, 502, 503, 504})
+MAX_BACKOFF_S = 30.0
+
+
+class EndpointError(Exception):
+    """The endpoint refused a request or could not be reached; the message names the route."""
+
+
+class Endpoint:
+    """One endpoint's routes. Use as an async context manager (it holds a connection pool)."""
+
+    def __init__(
+        self,
+        endpoint_id: str,
+        api_key: str | None,
+        *,
+        api_base: str,
+        attempts: int = 8,
+        timeout_s: float = 30.0,
+    ) -> None:
+        if not endpoint_id or "/" in endpoint_id:
+            raise ValueError("the endpoint id is the short id RunPod shows, without slashes")
+        self.base = f"{api_base.rstrip('/')}/{endpoint_id}"
+        self.attempts = attempts
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx.AsyncClient(headers=headers, timeout=timeout_s)
+
+    async def __aenter__(self) -> Endpoint:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._http.aclose()
+
+    async def run(self, job_input: dict[str, Any]) -> str:
+        """Queue a job; returns its id."""
+        body = await self._call("POST", "/run", json={"input": job_input})
+        job_id = body.get("id")
+        if not isinstance(job_id, str):
+            raise EndpointError(f"POST /run answered without a job id: {str(body)[:200]}")
+        return job_id
+
+    async def status(self, job_id: str) -> dict[str, Any]:
+        return await self._call("GET", f"/status/{job_id}")
+
+    async def stream(self, job_id: str) -> dict[str, Any]:
+        """The items the job streamed since the last call, and its state."""
+        return await self._call("GET", f"/stream/{job_id}")
+
+    async def cancel(self, job_id: str) -> dict[str, Any]:
+        return await self._call("POST", f"/cancel/{job_id}")
+
+    async def _call(self, method: str, route: str, **kw: Any) -> dict[str, Any]:
+        """One request, retried with backoff on 429 (honouring Retry-After), on 5xx gateway
+        answers and on connection errors; any other error status is final."""
+        delay = 0.5
+        for attempt in range(1, self.attempts + 1):
+            try:
+                resp = await self._http.request(method, self.base + route, **kw)
+            except httpx.TransportError as exc:
+                if attempt == self.attempts:
+                    raise EndpointError(f"{method} {route}: {type(exc).__name__}") from None
+                wait = delay
+            else:
+                if resp.status_code == 401:
+                    raise EndpointError(f"{method} {route}: 401 unauthorized; check RUNPOD_API_KEY")
+                if resp.status_code not in RETRY_STATUS:
+                    if resp.is_error:
+                        raise EndpointError(
+                            f"{method} {route}: HTTP {resp.status_code}: {resp.text[:300]}"
+                        )
+                    return resp.json()
+                if attempt == self.attempts:
+                    raise EndpointError(f"{method} {route}: HTTP {resp.status_code} after retries")
+                wait = _retry_after(resp) or delay
+                log.info("%s %s: HTTP %s; retry in %.1f s", method, route, resp.status_code, wait)
+            await asyncio.sleep(min(wait, MAX_BACKOFF_S) * random.uniform(1.0, 1.25))
+            delay = min(delay * 2, MAX_BACKOFF_S)
+        raise AssertionError("unreachable")
+
+
+def _retry_after(resp: httpx.Response) -> float | None:
+    try:
+        return max(0.0, float(resp.headers.get("Retry-After", "")))
+    except ValueError:
+        return None

@@ -39,7 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--json", action="store_true", help="print each job result as JSON")
 
     bench = sub.add_parser("bench", help="measure pages/s and per-stage time per page")
-    bench.add_argument("--pages", type=int, default=12, help="pages per job (default 12)")
+    bench.add_argument(
+        "--pages", type=int, help="pages per job (default 12; with --fanout, per document: 60)"
+    )
     bench.add_argument("--jobs", type=int, default=1, help="jobs run at once (default 1)")
     bench.add_argument("--out", type=Path, help="local results folder (default: a temp folder)")
     bench.add_argument("--bucket", action="store_true", help="store in the configured bucket")
@@ -61,6 +63,16 @@ def main(argv: list[str] | None = None) -> int:
         "PDF (no engine), and the render cost per page",
     )
     bench.add_argument("--scenario", help=argparse.SUPPRESS)
+    bench.add_argument(
+        "--fanout",
+        action="store_true",
+        help="one document as one job on one worker, then spread over --workers local workers "
+        "behind a stand-in for RunPod's endpoint (needs moto)",
+    )
+    bench.add_argument("--workers", type=int, default=2, help="workers for --fanout (default 2)")
+    bench.add_argument(
+        "--pages-per-job", type=int, default=10, help="job size for --fanout (default 10)"
+    )
     bench.add_argument(
         "--direct",
         action="store_true",
@@ -119,9 +131,19 @@ def main(argv: list[str] | None = None) -> int:
         if not args.scenario:
             render_overhead()
         return memory_main(settings, args.scenario)
+    if args.command == "bench" and args.fanout:
+        from .fanout_bench import fanout_main
+
+        return fanout_main(
+            settings,
+            pages=args.pages or 60,
+            workers=args.workers,
+            pages_per_job=args.pages_per_job,
+        )
     if args.command == "bench":
         from .bench import bench_main
 
+        args.pages = args.pages or 12
         return asyncio.run(bench_main(settings, args))
     return 2
 

@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 
 log = logging.getLogger(__name__)
+logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per poll otherwise; ours say more
 
 # Job states RunPod reports; the last four are final.
 FINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMED_OUT"})

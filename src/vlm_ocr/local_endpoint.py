@@ -68,7 +68,7 @@ class Router:
                 web.post("/v2/{endpoint}/cancel/{id}", self._cancel),
             ]
         )
-        self._runner = web.AppRunner(app)
+        self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 from vlm_ocr import samples
-from vlm_ocr.evaluate import compare, critical_differences, load_outputs
+from vlm_ocr.compare import critical_differences
+from vlm_ocr.evaluate import compare, load_outputs
 from vlm_ocr.textsim import clean, similarity
 
 from .conftest import page_image, png_bytes

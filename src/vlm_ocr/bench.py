@@ -21,7 +21,7 @@ from .prompts import resolve
 from .render import Budget, PageImage, pdf_page_image
 from .settings import Settings
 
-STAGES = ("render_s", "queue_s", "engine_s", "store_s", "total_s")
+STAGES = ("render_s", "queue_s", "engine_s", "store_s", "second_opinion_wait_s", "total_s")
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -52,7 +52,9 @@ async def bench_main(settings: Settings, args: argparse.Namespace) -> int:
             await worker.start()
             cold_start = time.perf_counter() - t0
             try:
-                figures = await run_bench(worker, pages=args.pages, jobs=args.jobs)
+                figures = await run_bench(
+                    worker, pages=args.pages, jobs=args.jobs, second_opinion=args.second_opinion
+                )
                 if args.direct:
                     figures["direct"] = await _direct(worker, args)
             finally:
@@ -64,20 +66,28 @@ async def bench_main(settings: Settings, args: argparse.Namespace) -> int:
     return 0 if figures["failed"] == 0 else 1
 
 
-async def run_bench(worker: Any, *, pages: int, jobs: int) -> dict[str, Any]:
+async def run_bench(
+    worker: Any, *, pages: int, jobs: int, second_opinion: bool = False
+) -> dict[str, Any]:
     stamp = time.strftime("%Y%m%d-%H%M%S")
 
     async def one(j: int) -> dict[str, Any]:
         # Every job's pages differ, so no page is served from the engine's prefix cache.
         doc = samples.pdf_from_pages(samples.numbered_pages(pages, first=j * pages + 1))
         pdf = base64.b64encode(doc).decode()
-        job = {"pdf": {"base64": pdf}, "output_prefix": f"bench/{stamp}/job-{j:03d}"}
+        job = {
+            "pdf": {"base64": pdf},
+            "output_prefix": f"bench/{stamp}/job-{j:03d}",
+            "second_opinion": second_opinion,
+        }
         return await worker.run(f"bench-{j}", job)
 
     t0, cpu0, pool0 = time.perf_counter(), time.process_time(), worker.pool.cpu_seconds()
+    opinions0 = worker.opinions.cpu_seconds()
     results = await asyncio.gather(*(one(j) for j in range(jobs)))
     wall = time.perf_counter() - t0
     cpu, pool_cpu = time.process_time() - cpu0, worker.pool.cpu_seconds() - pool0
+    opinions_cpu = worker.opinions.cpu_seconds() - opinions0
     page_reports = [p for r in results for p in r.get("pages", [])]
     per_stage = {s: [p["timings"][s] for p in page_reports if s in p["timings"]] for s in STAGES}
     return {
@@ -89,6 +99,8 @@ async def run_bench(worker: Any, *, pages: int, jobs: int) -> dict[str, Any]:
         "output_tokens_per_s": sum(p.get("output_tokens") or 0 for p in page_reports) / wall,
         "worker_cpu_ms_per_page": 1000 * cpu / max(1, len(page_reports)),
         "render_cpu_ms_per_page": 1000 * pool_cpu / max(1, len(page_reports)),
+        "second_opinion_cpu_ms_per_page": 1000 * opinions_cpu / max(1, len(page_reports)),
+        "review": sum(bool(p.get("review")) for p in page_reports),
         "stages": {
             s: {"p50": percentile(v, 50), "p95": percentile(v, 95), "mean": statistics.fmean(v)}
             for s, v in per_stage.items()
@@ -155,6 +167,12 @@ def print_report(
         f"CPU per page: worker process (event loop, HTTP, JSON, store; and the CPU engine) "
         f"{fig['worker_cpu_ms_per_page']:.1f} ms, render processes "
         f"{fig['render_cpu_ms_per_page']:.1f} ms"
+        + (
+            f", second opinion {fig['second_opinion_cpu_ms_per_page']:.1f} ms "
+            f"({fig['review']} pages to review)"
+            if fig["second_opinion_cpu_ms_per_page"]
+            else ""
+        )
     )
     print(f"{'stage (s/page)':<16}{'p50':>10}{'p95':>10}{'mean':>10}")
     # total_s is each page's latency through the worker (render to stored)

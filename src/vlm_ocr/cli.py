@@ -74,6 +74,11 @@ def main(argv: list[str] | None = None) -> int:
         "--pages-per-job", type=int, default=10, help="job size for --fanout (default 10)"
     )
     bench.add_argument(
+        "--second-opinion",
+        action="store_true",
+        help="jobs ask for the CPU engine's second opinion on every page (its cost per page)",
+    )
+    bench.add_argument(
         "--direct",
         action="store_true",
         help="also send the same pages straight to the engine's server",

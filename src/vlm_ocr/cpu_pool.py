@@ -101,6 +101,10 @@ class CpuPool:
         self._idle: asyncio.Queue[_Child] | None = None
         self._children: set[_Child] = set()
 
+    @property
+    def started(self) -> bool:
+        return self._idle is not None
+
     async def start(self) -> None:
         self._idle = asyncio.Queue()
         for _ in range(self.size):

@@ -5,14 +5,14 @@ pipeline as a job, and its text is scored by `textsim.similarity` (1 − Levensh
 over letters, digits and CJK characters only). Per page, per language, per tag, and the mean.
 
 Between two outputs (`vlm-ocr eval --compare A B`): the character agreement of each page pair,
-and the critical tokens of legal text — the sequence of article numbers (第…條/項/款) and of the
-modal words 得, 應, 須, 不得, 應不 — which must be identical; each difference is listed in context.
+and the critical tokens (article numbers, other numbers and dates, the modal words 得, 應, 須,
+不得, 應不), which must be identical; each difference is listed in context (`compare.py`, the same
+comparison a job's second opinion uses).
 """
 
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
 import re
 import statistics
@@ -22,12 +22,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .compare import agree
 from .settings import Settings
 from .textsim import similarity
-
-ARTICLE = re.compile(r"第\s*[0-9０-９一二三四五六七八九十百千零〇兩两]+\s*[條項款]")
-MODAL = re.compile(r"不得|應不|得|應|須")
-CONTEXT = 12
 
 
 @dataclass
@@ -169,47 +166,6 @@ def print_scores(report: dict[str, Any]) -> None:
 # --- between two outputs ------------------------------------------------------------------------
 
 
-@dataclass
-class Difference:
-    kind: str  # "article" or "modal"
-    a: str
-    b: str
-    context_a: str
-    context_b: str
-
-
-def critical_tokens(text: str, pattern: re.Pattern[str]) -> list[tuple[str, int]]:
-    return [(re.sub(r"\s+", "", m.group()), m.start()) for m in pattern.finditer(text)]
-
-
-def _context(text: str, pos: int | None) -> str:
-    if pos is None:
-        return ""
-    return text[max(0, pos - CONTEXT) : pos + CONTEXT].replace("\n", " ")
-
-
-def critical_differences(a: str, b: str) -> list[Difference]:
-    diffs = []
-    for kind, pattern in (("article", ARTICLE), ("modal", MODAL)):
-        ta, tb = critical_tokens(a, pattern), critical_tokens(b, pattern)
-        matcher = difflib.SequenceMatcher(
-            a=[t for t, _ in ta], b=[t for t, _ in tb], autojunk=False
-        )
-        for op, i1, i2, j1, j2 in matcher.get_opcodes():
-            if op == "equal":
-                continue
-            diffs.append(
-                Difference(
-                    kind=kind,
-                    a=" ".join(t for t, _ in ta[i1:i2]) or "(none)",
-                    b=" ".join(t for t, _ in tb[j1:j2]) or "(none)",
-                    context_a=_context(a, ta[i1][1] if i1 < len(ta) else None),
-                    context_b=_context(b, tb[j1][1] if j1 < len(tb) else None),
-                )
-            )
-    return diffs
-
-
 def compare(outputs_a: dict[str, str], outputs_b: dict[str, str]) -> dict[str, Any]:
     rows = []
     for pid in sorted(set(outputs_a) | set(outputs_b)):
@@ -217,13 +173,13 @@ def compare(outputs_a: dict[str, str], outputs_b: dict[str, str]) -> dict[str, A
         if a is None or b is None:
             rows.append({"id": pid, "missing": "A" if a is None else "B"})
             continue
-        diffs = critical_differences(a, b)
+        found = agree(a, b)
         rows.append(
             {
                 "id": pid,
-                "agreement": round(similarity(a, b), 4),
-                "critical_ok": not diffs,
-                "differences": [asdict(d) for d in diffs],
+                "agreement": found.agreement,
+                "critical_ok": not found.differences,
+                "differences": [asdict(d) for d in found.differences],
             }
         )
     paired = [r for r in rows if "agreement" in r]

@@ -70,6 +70,11 @@ class JobInput(_Strict):
     output_prefix: str | None = None
     return_text: bool = False
     presign_urls: bool = False
+    second_opinion: bool | None = Field(
+        None,
+        description="Read every page with the CPU engine too and flag disagreements for review "
+        "(default: SECOND_OPINION).",
+    )
     max_pixels: int | None = Field(None, ge=MIN_PIXELS, le=MAX_PIXELS_LIMIT)
     max_side: int | None = Field(None, ge=MIN_SIDE, le=MAX_SIDE_LIMIT)
 
@@ -192,6 +197,17 @@ class PageReport(BaseModel):
     error: str | None = None
     error_stage: str | None = None
     partial_key: str | None = Field(None, description="Best partial text of a failed page.")
+    agreement: float | None = Field(
+        None, description="Second opinion: similarity of the two readings (1.0 = the same)."
+    )
+    review: bool | None = Field(
+        None,
+        description="Second opinion: true when the readings agree less than "
+        "SECOND_OPINION_MIN_AGREEMENT or differ in a critical token.",
+    )
+    differences: list[str] | None = Field(
+        None, description="Second opinion: the critical tokens that differ (engine ≠ CPU)."
+    )
     text: str | None = None
 
 

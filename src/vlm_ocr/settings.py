@@ -51,6 +51,7 @@ HUB_OMITTED = frozenset(
         "model_downloader",
         "cuda_graph_sizes",
         "request_timeout_s",
+        "second_opinion_processes",
         "runpod_api_key",
         "runpod_api_base",
     }
@@ -235,6 +236,22 @@ class Settings(BaseSettings):
         4, ge=1, description="Attempts per page when it stops by length or repetition."
     )
     request_timeout_s: float = Field(600.0, description="Time limit for one page request.")
+
+    # --- second opinion (the CPU engine reads each page too) ---------------------------------
+    second_opinion: bool = Field(
+        False,
+        description="Default for a job's `second_opinion`: the CPU engine reads every page too, "
+        "and pages where the two readings disagree are flagged for review.",
+    )
+    second_opinion_min_agreement: float = Field(
+        0.8,
+        ge=0,
+        le=1,
+        description="Agreement of the two readings below which a page is flagged for review.",
+    )
+    second_opinion_processes: int = Field(
+        2, ge=1, description="Processes (one core each) that give the second opinion."
+    )
 
     # --- the fan-out client (`vlm-ocr submit`), not the worker -----------------------------
     runpod_api_key: str | None = Field(

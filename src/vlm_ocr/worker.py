@@ -23,8 +23,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from . import samples
-from .cpu_pool import CpuPool
+from .compare import agree
+from .cpu_pool import CpuPool, TaskFailed, TaskTimeout
 from .engines.base import Engine, Recognition
+from .engines.rapidocr import read_png
 from .errors import EngineError, InputError, PageError, StorageError
 from .prompts import Prompt, resolve
 from .render import BLANK_DETECTOR, Budget, PageImage, pdf_page_image
@@ -57,6 +59,24 @@ class PageDone:
 Progress = Callable[[PageDone], None]
 
 
+@dataclass(frozen=True)
+class Opinion:
+    """The second opinion on one page: how far the CPU engine's reading agrees with the
+    engine's, and the critical tokens that differ."""
+
+    agreement: float | None
+    review: bool
+    differences: list[str]
+
+    @classmethod
+    def of(cls, text: str, other: str | Exception, settings: Settings) -> Opinion:
+        if isinstance(other, Exception):
+            return cls(None, True, [f"no second opinion: {other}"])
+        found = agree(text, other)
+        review = found.needs_review(settings.second_opinion_min_agreement)
+        return cls(found.agreement, review, [str(d) for d in found.differences])
+
+
 @dataclass
 class _Job:
     """What one job's page tasks share: its settings, and the two reasons to stop early."""
@@ -67,6 +87,7 @@ class _Job:
     fingerprint_id: str
     progress: Progress | None
     total: int
+    second_opinion: bool = False
     done: int = 0
     store_error: str | None = None
     engine_error: str | None = None
@@ -153,6 +174,10 @@ class Worker:
         self.rendered_slots = self.engine_slots + 2 * self.pool.size
         self.rendered_gate = asyncio.Semaphore(self.rendered_slots)
         self._prefixes: set[str] = set()  # result prefixes of the jobs running now
+        # The CPU engine's second opinion runs in processes of its own, one core each, started
+        # when a job first asks: spare cores beside the render processes, never the event loop.
+        self.opinions = CpuPool(settings.second_opinion_processes)
+        self._opinions_started = asyncio.Lock()
 
     # --- cold start -----------------------------------------------------------------------------
 
@@ -172,11 +197,13 @@ class Worker:
         await self.engine.close()
         if self._own_pool:
             await self.pool.close()
+        await self.opinions.close()
 
     def terminate(self) -> None:
         """End every child process now (the worker got SIGTERM or SIGINT)."""
         self.engine.terminate()
         self.pool.terminate()
+        self.opinions.terminate()
 
     def budget(self, job: JobInput | None = None) -> Budget:
         """The page budget: MAX_PIXELS, or less when the job asks. Never more: the engine was
@@ -246,7 +273,17 @@ class Worker:
             return {"error": str(exc)}
         loaded = time.perf_counter()
 
-        state = _Job(job, keys, prompt, _digest(fingerprint), progress, len(document.pages))
+        state = _Job(
+            job,
+            keys,
+            prompt,
+            _digest(fingerprint),
+            progress,
+            len(document.pages),
+            second_opinion=self.settings.second_opinion
+            if job.second_opinion is None
+            else job.second_opinion,
+        )
         # By default a job may fill the engine and keep renders and uploads going beside it.
         job_gate = asyncio.Semaphore(self.settings.job_max_concurrent_pages or self.rendered_slots)
 
@@ -282,7 +319,7 @@ class Worker:
             timings={"load_s": round(loaded - t0, 3), "pages_s": round(recognized - loaded, 3)},
             engine=self.engine_facts(),
             fingerprint={**fingerprint, "id": state.fingerprint_id},
-            notes=self._notes(job, prompt) + document.notes,
+            notes=self._notes(job, prompt) + document.notes + _review_note(pages),
             errors=document.problems + [f"page {p.page}: {p.error}" for p in pages if p.error],
         )
         manifest_error = await self._write_manifest(report)
@@ -305,6 +342,8 @@ class Worker:
         chars = 0
         reused = blank = False
         error: PageError | None = None
+        second: asyncio.Task[str | Exception] | None = None
+        opinion: Opinion | None = None
         try:
             job.check_alive(self.engine)
             page_key = job.keys.page(ref.number)
@@ -316,6 +355,8 @@ class Worker:
                 if not image.blank:
                     stored = await self._stored(page_key, image.sha256, job)
                     if stored is None:
+                        if job.second_opinion:  # read beside the engine, not after it
+                            second = asyncio.create_task(self._read_again(image))
                         rec = await self._recognize(image, job, timings)
             t_store = time.perf_counter()
             if image.blank:  # nothing to read: stored empty, without the engine
@@ -337,11 +378,18 @@ class Worker:
                 key = await self._put(page_key, rec.text, record, job)
                 chars, text = len(rec.text), rec.text
             timings["store_s"] = _since(t_store)
+            if second is not None and rec is not None and rec.ok:  # the text is safe: now judge
+                t_second = time.perf_counter()
+                opinion = Opinion.of(rec.text, await second, self.settings)
+                timings["second_opinion_wait_s"] = _since(t_second)
         except PageError as exc:
             error = exc
         except Exception as exc:  # a bug must fail this page, not the job's other pages
             log.exception("page %s failed unexpectedly", ref.number)
             error = PageError("internal", f"internal error ({type(exc).__name__}); see the log")
+        finally:
+            if second is not None:
+                second.cancel()  # done already, or no longer needed
         timings["total_s"] = _since(t0)
         report = PageReport(
             page=ref.number,
@@ -362,6 +410,9 @@ class Worker:
             error=error.message if error else None,
             error_stage=error.stage if error else None,
             text=text if job.job.return_text and not error else None,
+            agreement=opinion.agreement if opinion else None,
+            review=opinion.review if opinion else None,
+            differences=opinion.differences if opinion else None,
         )
         job.done += 1
         if job.progress is not None:
@@ -382,6 +433,18 @@ class Worker:
         except StorageError as exc:
             job.store_error = str(exc)
             raise PageError("store", str(exc)) from None
+
+    async def _read_again(self, image: PageImage) -> str | Exception:
+        """The CPU engine's reading of the page, for the second opinion (or why there is none)."""
+        async with self._opinions_started:
+            if not self.opinions.started:
+                await self.opinions.start()
+        try:
+            return await self.opinions.run(
+                read_png, image.png, timeout_s=self.settings.render_timeout_s
+            )
+        except (TaskTimeout, TaskFailed, PageError) as exc:
+            return exc
 
     async def _recognize(
         self, image: PageImage, job: _Job, timings: dict[str, float]
@@ -475,6 +538,13 @@ def _digest(doc: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def _review_note(pages: list[PageReport]) -> list[str]:
+    flagged = [p.page for p in pages if p.review]
+    if not flagged:
+        return []
+    return [f"second opinion: pages {format_ranges(flagged)} to review (see their `differences`)"]
+
+
 def _totals(pages: list[PageReport]) -> dict[str, int]:
     return {
         "pages": len(pages),
@@ -482,6 +552,7 @@ def _totals(pages: list[PageReport]) -> dict[str, int]:
         "blank": sum(p.status == "blank" for p in pages),
         "failed": sum(p.status == "failed" for p in pages),
         "reused": sum(p.reused for p in pages),
+        "review": sum(bool(p.review) for p in pages),
         "chars": sum(p.chars for p in pages if p.status == "ok"),
         "prompt_tokens": sum(p.prompt_tokens or 0 for p in pages),
         "output_tokens": sum(p.output_tokens or 0 for p in pages),

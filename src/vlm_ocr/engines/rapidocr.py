@@ -65,13 +65,7 @@ class RapidOcrEngine:
         return Recognition(text=text, finish_reason="stop", seconds=time.perf_counter() - t0)
 
     def _read(self, page: PageImage) -> str:
-        out = self._ocr(np.asarray(page.pil()))
-        if out.boxes is None or out.txts is None:
-            return ""
-        if self.detection_order:
-            return "\n".join(out.txts)
-        lines = [Line.from_quad(box, txt) for box, txt in zip(out.boxes, out.txts, strict=True)]
-        return to_text(lines)
+        return read_image(self._ocr, np.asarray(page.pil()), self.detection_order)
 
     def fingerprint(self, prompt: Prompt) -> dict[str, Any]:
         # The CPU engine ignores the prompt, so it is not part of what decides the text.
@@ -85,8 +79,42 @@ class RapidOcrEngine:
         self._ocr = None
 
 
-def _load() -> Any:
+def _load(threads: int = -1) -> Any:
+    """RapidOCR with its built-in models; `threads` for onnxruntime (-1: every core)."""
     from rapidocr import RapidOCR
 
     logging.getLogger("RapidOCR").setLevel(logging.WARNING)
-    return RapidOCR(params={"Global.log_level": "warning"})
+    return RapidOCR(
+        params={
+            "Global.log_level": "warning",
+            "EngineConfig.onnxruntime.intra_op_num_threads": threads,
+        }
+    )
+
+
+def read_image(ocr: Any, pixels: np.ndarray, detection_order: bool = False) -> str:
+    """The page's lines, joined in reading order (or as detected)."""
+    out = ocr(pixels)
+    if out.boxes is None or out.txts is None:
+        return ""
+    if detection_order:
+        return "\n".join(out.txts)
+    lines = [Line.from_quad(box, txt) for box, txt in zip(out.boxes, out.txts, strict=True)]
+    return to_text(lines)
+
+
+_CHILD_OCR: Any = None
+
+
+def read_png(png: bytes, threads: int = 1) -> str:
+    """Read a rendered page in a CPU-pool process (the model is loaded once per process): the
+    second opinion on a page the GPU engine read."""
+    import io
+
+    from PIL import Image
+
+    global _CHILD_OCR
+    if _CHILD_OCR is None:
+        _CHILD_OCR = _load(threads)
+    with Image.open(io.BytesIO(png)) as image:
+        return read_image(_CHILD_OCR, np.asarray(image.convert("RGB")))

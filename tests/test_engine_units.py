@@ -47,6 +47,8 @@ PRODUCTION_ARGV = [
     '{"max_pixels": 1600000}',
     "--mm-processor-cache-gb",
     "0",
+    "--structured-outputs-config",
+    '{"backend": "xgrammar", "disable_any_whitespace": true}',
     "--compilation-config",
     '{"cudagraph_capture_sizes": [1, 2, 4, 8, 16, 32, 64, 96, 128, 160, 192]}',
 ]

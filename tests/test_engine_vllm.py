@@ -238,3 +238,28 @@ def _state(pid: int) -> bytes:
         return Path(f"/proc/{pid}/stat").read_bytes().split(b")")[-1].split()[0]
     except OSError:
         return b"Z"
+
+
+def test_a_json_schema_is_answered_by_guided_decoding(loop, vllm) -> None:
+    # Random weights write anything; guided decoding lets them write only JSON of the schema,
+    # and the worker validates it before storing page-0001.json.
+    import jsonschema
+
+    worker, settings = vllm
+    # Small enough for the test's MAX_TOKENS (24) with the tiny model's near-character tokens.
+    schema = {
+        "type": "object",
+        "properties": {"currency": {"enum": ["EUR", "USD"]}},
+        "required": ["currency"],
+        "additionalProperties": False,
+    }
+    pdf = samples.pdf_from_pages([["Invoice 7", "Total 12.50 EUR", "Paid in full"]])
+    job = {"pdf": {"base64": b64(pdf)}, "output_prefix": "vllm/json", "json_schema": schema}
+    result = loop.run(worker.run("json-1", job))
+    page = result["pages"][0]
+    partial = page.get("partial_key") and (settings.output_dir / page["partial_key"]).read_text()
+    assert page["status"] == "ok", (page.get("error"), partial)
+    assert page["key"] == "vllm/json/page-0001.json"
+    stored = json.loads((settings.output_dir / page["key"]).read_text())
+    jsonschema.validate(stored, schema)
+    assert result["fingerprint"]["prompt"] == "extract-json+json"

@@ -7,7 +7,9 @@ preset's wording (and bumping its version) makes stored results of the old wordi
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -15,6 +17,20 @@ class Prompt:
     name: str
     version: str
     text: str
+    #: when set, the answer is JSON that validates against this schema (guided decoding)
+    schema: dict[str, Any] | None = None
+
+    def for_schema(self, schema: dict[str, Any]) -> Prompt:
+        """This prompt asking for JSON of `schema`; the schema's digest joins the version, so
+        stored pages read with another schema are not reused."""
+        encoded = json.dumps(schema, sort_keys=True, ensure_ascii=False)
+        digest = hashlib.sha256(encoded.encode()).hexdigest()[:12]
+        return Prompt(
+            name=f"{self.name}+json",
+            version=f"{self.version}+{digest}",
+            text=f"{self.text}\n\nJSON Schema of the answer:\n{encoded}",
+            schema=schema,
+        )
 
     @classmethod
     def custom(cls, text: str) -> Prompt:
@@ -54,7 +70,22 @@ PRESETS: dict[str, Prompt] = {
 }
 
 
-def resolve(preset: str | None, custom: str | None, default: str) -> Prompt:
+EXTRACT_JSON = Prompt(
+    name="extract-json",
+    version="1",
+    text=(
+        "Read this page and answer with one JSON object that follows the JSON Schema below. "
+        "Take every value from the page as printed (numbers and dates exactly as they appear); "
+        "where the page does not give a value, use null if the schema allows it."
+    ),
+)
+
+
+def resolve(
+    preset: str | None, custom: str | None, default: str, schema: dict[str, Any] | None = None
+) -> Prompt:
+    if schema is not None:
+        return (Prompt.custom(custom) if custom is not None else EXTRACT_JSON).for_schema(schema)
     if custom is not None:
         return Prompt.custom(custom)
     return PRESETS[preset or default]

@@ -70,6 +70,11 @@ class JobInput(_Strict):
     output_prefix: str | None = None
     return_text: bool = False
     presign_urls: bool = False
+    json_schema: dict[str, Any] | None = Field(
+        None,
+        description="A JSON Schema: each page is read into JSON that validates against it, by the "
+        "engine's guided decoding, and stored as page-NNNN.json.",
+    )
     second_opinion: bool | None = Field(
         None,
         description="Read every page with the CPU engine too and flag disagreements for review "
@@ -101,6 +106,8 @@ class JobInput(_Strict):
             )
         if self.output_prefix is not None:
             check_prefix(self.output_prefix)
+        if self.json_schema is not None:
+            check_json_schema(self.json_schema, preset=self.prompt)
         return self
 
     @classmethod
@@ -241,3 +248,31 @@ def format_ranges(numbers: list[int]) -> str:
         else:
             out.append([n, n])
     return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in out)
+
+
+MAX_SCHEMA_CHARS = 20_000
+
+
+def check_json_schema(schema: dict[str, Any], *, preset: str | None) -> None:
+    """A schema guided decoding can follow: a valid JSON Schema for an object, not too large."""
+    import json
+
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+
+    if preset is not None:
+        raise InputError(
+            "input.prompt",
+            "the presets transcribe to Markdown; with `json_schema` leave `prompt` out (the "
+            "built-in extraction prompt is used) or give `custom_prompt`",
+        )
+    if len(json.dumps(schema)) > MAX_SCHEMA_CHARS:
+        raise InputError("input.json_schema", f"over {MAX_SCHEMA_CHARS:,} characters")
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        raise InputError("input.json_schema", f"not a valid JSON Schema: {exc.message}") from None
+    if schema.get("type") != "object":
+        raise InputError(
+            "input.json_schema", 'the schema must describe an object ("type": "object")'
+        )

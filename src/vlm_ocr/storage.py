@@ -35,8 +35,9 @@ JSON_TYPE = "application/json"
 class JobKeys:
     prefix: str
 
-    def page(self, number: int) -> str:
-        return f"{self.prefix}/page-{number:04d}.md"
+    def page(self, number: int, suffix: str = "md") -> str:
+        """page-0001.md (text) or page-0001.json (a job with a JSON schema)."""
+        return f"{self.prefix}/page-{number:04d}.{suffix}"
 
     def partial(self, number: int) -> str:
         return f"{self.prefix}/failed/page-{number:04d}.partial.md"

@@ -33,7 +33,7 @@ from .render import BLANK_DETECTOR, Budget, PageImage, pdf_page_image
 from .schema import JobInput, JobReport, PageReport, format_ranges
 from .settings import Settings
 from .sources import Limits, PageRef, Rendering, load_document
-from .storage import TEXT_TYPE, BucketInputs, JobKeys, PageRecord, Store, put_json
+from .storage import JSON_TYPE, TEXT_TYPE, BucketInputs, JobKeys, PageRecord, Store, put_json
 
 log = logging.getLogger(__name__)
 
@@ -262,7 +262,14 @@ class Worker:
         self, job_id: str, job: JobInput, keys: JobKeys, progress: Progress | None
     ) -> dict[str, Any]:
         t0 = time.perf_counter()
-        prompt = resolve(job.prompt, job.custom_prompt, self.settings.default_prompt)
+        if job.json_schema is not None and not self.engine.facts.json_output:
+            return {
+                "error": f"input.json_schema: the {self.engine.facts.name} engine reads text and "
+                "cannot answer JSON; run JSON jobs on the GPU engine (ENGINE=vllm or openai)"
+            }
+        prompt = resolve(
+            job.prompt, job.custom_prompt, self.settings.default_prompt, job.json_schema
+        )
         # the blank-page detector decides some texts too (empty ones)
         fingerprint = self.engine.fingerprint(prompt) | {"blank_detector": BLANK_DETECTOR}
         try:
@@ -280,9 +287,11 @@ class Worker:
             _digest(fingerprint),
             progress,
             len(document.pages),
-            second_opinion=self.settings.second_opinion
-            if job.second_opinion is None
-            else job.second_opinion,
+            # a second reading of the page's text says nothing about JSON extracted from it
+            second_opinion=job.json_schema is None
+            and (
+                self.settings.second_opinion if job.second_opinion is None else job.second_opinion
+            ),
         )
         # By default a job may fill the engine and keep renders and uploads going beside it.
         job_gate = asyncio.Semaphore(self.settings.job_max_concurrent_pages or self.rendered_slots)
@@ -346,7 +355,7 @@ class Worker:
         opinion: Opinion | None = None
         try:
             job.check_alive(self.engine)
-            page_key = job.keys.page(ref.number)
+            page_key = job.keys.page(ref.number, "json" if job.prompt.schema else "md")
             stored = None
             async with self.rendered_gate:  # from rendering until the engine is done with it
                 image = await ref.image()
@@ -361,8 +370,8 @@ class Worker:
             t_store = time.perf_counter()
             if image.blank:  # nothing to read: stored empty, without the engine
                 record = PageRecord(image.sha256, job.fingerprint_id, 0)
-                key = await self._put(page_key, "", record, job)
-                text, blank = "", True
+                text, blank = ("null" if job.prompt.schema else ""), True  # nothing on the page
+                key = await self._put(page_key, text, record, job)
             elif stored is not None:
                 key, reused = page_key, True
                 chars, text = stored
@@ -466,7 +475,8 @@ class Worker:
     async def _put(self, key: str, text: str, record: PageRecord | None, job: _Job) -> str:
         """Store a text; returns its key once it is written."""
         try:
-            await self.store.put(key, text.encode("utf-8"), TEXT_TYPE, record)
+            kind = JSON_TYPE if job.prompt.schema and record is not None else TEXT_TYPE
+            await self.store.put(key, text.encode("utf-8"), kind, record)
         except StorageError as exc:
             job.store_error = str(exc)
             raise PageError("store", f"not stored: {exc}") from None

@@ -36,6 +36,8 @@ class EngineFacts:
     model: str | None = None
     revision: str | None = None
     uses_prompt: bool = True
+    #: answers JSON of a job's schema (guided decoding); the CPU engine cannot
+    json_output: bool = False
     details: dict[str, Any] = field(default_factory=dict)
 
 

@@ -71,6 +71,7 @@ class ChatClient:
         max_tokens: int,
         seed: int = 0,
         ignore_eos: bool = False,
+        schema: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """One page's request. `ignore_eos` makes every answer exactly `max_tokens` long, for
         benchmarks that must compare like with like."""
@@ -96,6 +97,11 @@ class ChatClient:
             body["ignore_eos"] = True
         else:
             body["repetition_detection"] = REPETITION_DETECTION
+        if schema is not None:  # guided decoding: the answer can only be JSON of the schema
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": "page", "schema": schema, "strict": True},
+            }
         return body
 
     async def complete(self, body: dict[str, Any]) -> Completion:

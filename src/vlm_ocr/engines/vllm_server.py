@@ -145,6 +145,10 @@ def server_argv(settings: Settings, port: int, kv_cache_dtype: str = "fp8") -> l
         json.dumps({"max_pixels": settings.max_pixels}),
         "--mm-processor-cache-gb",
         "0",
+        # Jobs with a JSON schema: guided decoding by xgrammar, with no free whitespace between
+        # tokens, so a model cannot pad an answer with blank lines until MAX_TOKENS.
+        "--structured-outputs-config",
+        json.dumps({"backend": "xgrammar", "disable_any_whitespace": True}),
     ]
     if settings.enforce_eager:
         argv.append("--enforce-eager")

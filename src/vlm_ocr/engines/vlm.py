@@ -27,6 +27,24 @@ log = logging.getLogger(__name__)
 # Greedy first; then olmOCR's ladder, so a looping page gets out of its loop.
 TEMPERATURES = (0.0, 0.1, 0.1, 0.2, 0.3, 0.5, 0.8)
 RETRY_REASONS = {"length", "repetition"}
+
+
+def as_valid_json(text: str, schema: dict[str, Any]) -> tuple[str, str | None]:
+    """The answer as indented JSON when it parses and validates against `schema`; else the
+    text as it came and the first reason it does not."""
+    from jsonschema import Draft202012Validator
+
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        return text, f"not JSON ({exc})"
+    error = next(iter(Draft202012Validator(schema).iter_errors(value)), None)
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path) or "the top level"
+        return text, f"at {where}: {error.message[:200]}"
+    return json.dumps(value, ensure_ascii=False, indent=2), None
+
+
 # The warm-up proves the whole path with a real page; a few tokens of answer are enough for that.
 WARMUP_MAX_TOKENS = 32
 
@@ -112,6 +130,7 @@ class VlmEngine:
             version="unknown",
             model=settings.model_name if own else settings.served_model_name,
             revision=self._revision(),
+            json_output=True,
         )
         self.client: ChatClient | None = None
 
@@ -208,6 +227,7 @@ class VlmEngine:
             max_tokens=max_tokens or fixed or self.settings.max_tokens,
             seed=seed,
             ignore_eos=bool(fixed) and max_tokens is None,
+            schema=prompt.schema,
         )
         try:
             return await self.client.complete(body)
@@ -217,10 +237,12 @@ class VlmEngine:
             raise
 
     async def recognize(self, page: PageImage, prompt: Prompt) -> Recognition:
+        """Ask, and ask again at a higher temperature while the answer stops by length or
+        repetition, or (with a schema) does not validate; the best text when none is good."""
         if self.failure:
             raise EngineError(self.failure, fatal=True)
         t0 = time.perf_counter()
-        best, reason = "", None
+        best, reason, why = "", None, ""
         output_tokens = 0
         prompt_tokens = None
         temps = self.temperatures()
@@ -231,7 +253,10 @@ class VlmEngine:
             prompt_tokens = answer.prompt_tokens
             reason = answer.finish_reason
             expected = reason == "length" and self.fixed_output_tokens  # the bench asked for it
-            if reason not in RETRY_REASONS or expected:
+            invalid = None
+            if prompt.schema is not None and reason not in RETRY_REASONS:
+                text, invalid = as_valid_json(text, prompt.schema)
+            if (reason not in RETRY_REASONS and invalid is None) or expected:
                 return Recognition(
                     text=text,
                     finish_reason=reason,
@@ -240,14 +265,11 @@ class VlmEngine:
                     output_tokens=output_tokens,
                     seconds=time.perf_counter() - t0,
                 )
+            why = f"invalid JSON for json_schema ({invalid})" if invalid else f"stopped by {reason}"
             if len(text) > len(best):
                 best = text
             log.info(
-                "page stopped by %s at temperature %.1f; attempt %d/%d",
-                reason,
-                temperature,
-                attempt,
-                len(temps),
+                "page %s at temperature %.1f; attempt %d/%d", why, temperature, attempt, len(temps)
             )
         return Recognition(
             text=best,
@@ -257,7 +279,7 @@ class VlmEngine:
             prompt_tokens=prompt_tokens,
             output_tokens=output_tokens,
             seconds=time.perf_counter() - t0,
-            problem=f"stopped by {reason} on all {len(temps)} attempts "
+            problem=f"{why} on all {len(temps)} attempts "
             f"(temperatures {', '.join(f'{t:g}' for t in temps)}; "
             f"MAX_TOKENS {self.settings.max_tokens})",
         )

@@ -70,7 +70,13 @@ def new_worker(
 
 
 def make_settings(tmp_path: Path, **overrides: object) -> Settings:
-    values: dict[str, object] = {"output_dir": tmp_path / "out", "max_pixels": TEST_PIXELS}
+    # Orientation (a second of CPU per scanned page, and processes of its own) only where a
+    # test is about it: test_orientation.py.
+    values: dict[str, object] = {
+        "output_dir": tmp_path / "out",
+        "max_pixels": TEST_PIXELS,
+        "auto_rotate": False,
+    }
     values.update(overrides)
     return Settings(**values)
 

@@ -47,7 +47,7 @@ def test_a_changed_article_number_is_flagged_for_review(tmp_path, loop, cpu_pool
         job = pdf_job(pages, "second/article") | {"second_opinion": True}
         result = run_job(loop, worker, job)
     finally:
-        loop.run(worker.opinions.close())
+        loop.run(worker.cpu_models.close())
     assert result["status"] == "ok"
     first, second, third = result["pages"]
     assert second["review"] is True and "article: 第13條 ≠ 第12條" in second["differences"]
@@ -74,7 +74,7 @@ def test_the_cpu_engine_against_itself_agrees(tmp_path, loop, cpu_engine, cpu_po
         declined = run_job(loop, worker, pdf_job(pages, "second/no") | {"second_opinion": False})
         assert all("agreement" not in p for p in declined["pages"])
     finally:
-        loop.run(worker.opinions.close())
+        loop.run(worker.cpu_models.close())
 
 
 def test_critical_tokens_cover_numbers_dates_and_english_articles() -> None:

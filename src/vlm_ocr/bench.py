@@ -21,7 +21,15 @@ from .prompts import resolve
 from .render import Budget, PageImage, pdf_page_image
 from .settings import Settings
 
-STAGES = ("render_s", "queue_s", "engine_s", "store_s", "second_opinion_wait_s", "total_s")
+STAGES = (
+    "render_s",
+    "orient_s",
+    "queue_s",
+    "engine_s",
+    "store_s",
+    "second_opinion_wait_s",
+    "total_s",
+)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -83,11 +91,11 @@ async def run_bench(
         return await worker.run(f"bench-{j}", job)
 
     t0, cpu0, pool0 = time.perf_counter(), time.process_time(), worker.pool.cpu_seconds()
-    opinions0 = worker.opinions.cpu_seconds()
+    models0 = worker.cpu_models.cpu_seconds()
     results = await asyncio.gather(*(one(j) for j in range(jobs)))
     wall = time.perf_counter() - t0
     cpu, pool_cpu = time.process_time() - cpu0, worker.pool.cpu_seconds() - pool0
-    opinions_cpu = worker.opinions.cpu_seconds() - opinions0
+    models_cpu = worker.cpu_models.cpu_seconds() - models0
     page_reports = [p for r in results for p in r.get("pages", [])]
     per_stage = {s: [p["timings"][s] for p in page_reports if s in p["timings"]] for s in STAGES}
     return {
@@ -99,7 +107,7 @@ async def run_bench(
         "output_tokens_per_s": sum(p.get("output_tokens") or 0 for p in page_reports) / wall,
         "worker_cpu_ms_per_page": 1000 * cpu / max(1, len(page_reports)),
         "render_cpu_ms_per_page": 1000 * pool_cpu / max(1, len(page_reports)),
-        "second_opinion_cpu_ms_per_page": 1000 * opinions_cpu / max(1, len(page_reports)),
+        "cpu_models_cpu_ms_per_page": 1000 * models_cpu / max(1, len(page_reports)),
         "review": sum(bool(p.get("review")) for p in page_reports),
         "stages": {
             s: {"p50": percentile(v, 50), "p95": percentile(v, 95), "mean": statistics.fmean(v)}
@@ -168,9 +176,9 @@ def print_report(
         f"{fig['worker_cpu_ms_per_page']:.1f} ms, render processes "
         f"{fig['render_cpu_ms_per_page']:.1f} ms"
         + (
-            f", second opinion {fig['second_opinion_cpu_ms_per_page']:.1f} ms "
-            f"({fig['review']} pages to review)"
-            if fig["second_opinion_cpu_ms_per_page"]
+            f", CPU-model processes (orientation, second opinion) "
+            f"{fig['cpu_models_cpu_ms_per_page']:.1f} ms ({fig['review']} pages to review)"
+            if fig["cpu_models_cpu_ms_per_page"]
             else ""
         )
     )

@@ -78,22 +78,24 @@ def ink_fraction(image: Image.Image) -> float:
 @dataclass(frozen=True)
 class PageImage:
     """A rendered page as PNG; `sha256` identifies its pixels (used to reuse stored results);
-    `blank` says it has no ink to read (see `ink_fraction`)."""
+    `blank` says it has no ink to read (see `ink_fraction`); `scanned` that its text is only
+    pixels (an image, or a PDF page without a text layer), so it may lie sideways."""
 
     png: bytes = field(repr=False)
     sha256: str
     width: int
     height: int
     blank: bool = False
+    scanned: bool = False
 
     @classmethod
-    def of(cls, image: Image.Image) -> PageImage:
+    def of(cls, image: Image.Image, *, scanned: bool = False) -> PageImage:
         digest = hashlib.sha256(f"{image.width}x{image.height}:".encode())
         digest.update(image.tobytes())
         buf = io.BytesIO()
         image.save(buf, format="PNG", compress_level=PNG_LEVEL)
         blank = ink_fraction(image) < BLANK_MAX_INK
-        return cls(buf.getvalue(), digest.hexdigest(), image.width, image.height, blank)
+        return cls(buf.getvalue(), digest.hexdigest(), image.width, image.height, blank, scanned)
 
     def pil(self) -> Image.Image:
         return Image.open(io.BytesIO(self.png)).convert("RGB")
@@ -145,13 +147,15 @@ def render_pdf_page(path: str, number: int, budget: Budget) -> PageImage:
         _check_aspect(rect.width, rect.height)
         zoom = min(budget.scale_for(rect.width, rect.height), MAX_PDF_ZOOM)
         pix = page.get_pixmap(matrix=pymupdf.Matrix(zoom, zoom), alpha=False)
+        scanned = not page.get_text("text").strip()
     except PageError:
         raise
     except Exception as exc:  # MuPDF raises plain RuntimeErrors for broken pages
         raise PageError(
             "render", f"page {number} could not be rendered: {_said(exc, path)}"
         ) from None
-    page_image = PageImage.of(Image.frombytes("RGB", (pix.width, pix.height), pix.samples))
+    pixels = Image.frombytes("RGB", (pix.width, pix.height), pix.samples)
+    page_image = PageImage.of(pixels, scanned=scanned)
     if doc.is_repaired and page_image.blank:
         raise PageError(
             "render",
@@ -183,7 +187,7 @@ def render_image(path: str, budget: Budget, max_image_pixels: int) -> PageImage:
         raise PageError(
             "decode", f"the image is corrupt or truncated ({_said(exc, path)})"
         ) from None
-    return PageImage.of(_to_rgb(img))
+    return PageImage.of(_to_rgb(img), scanned=True)
 
 
 def open_image(path: str, max_image_pixels: int) -> Image.Image:

@@ -204,6 +204,11 @@ class PageReport(BaseModel):
     error: str | None = None
     error_stage: str | None = None
     partial_key: str | None = Field(None, description="Best partial text of a failed page.")
+    rotated: int | None = Field(
+        None,
+        description="Scanned pages: the clockwise turn (0, 90, 180, 270) that put the page "
+        "upright before it was read.",
+    )
     agreement: float | None = Field(
         None, description="Second opinion: similarity of the two readings (1.0 = the same)."
     )

@@ -51,7 +51,7 @@ HUB_OMITTED = frozenset(
         "model_downloader",
         "cuda_graph_sizes",
         "request_timeout_s",
-        "second_opinion_processes",
+        "cpu_model_processes",
         "runpod_api_key",
         "runpod_api_base",
     }
@@ -237,7 +237,12 @@ class Settings(BaseSettings):
     )
     request_timeout_s: float = Field(600.0, description="Time limit for one page request.")
 
-    # --- second opinion (the CPU engine reads each page too) ---------------------------------
+    # --- the CPU engine's models beside the engine: orientation, second opinion -------------
+    auto_rotate: bool = Field(
+        True,
+        description="Turn scanned pages (images, PDF pages without a text layer) upright when "
+        "they lie sideways or upside down.",
+    )
     second_opinion: bool = Field(
         False,
         description="Default for a job's `second_opinion`: the CPU engine reads every page too, "
@@ -249,8 +254,11 @@ class Settings(BaseSettings):
         le=1,
         description="Agreement of the two readings below which a page is flagged for review.",
     )
-    second_opinion_processes: int = Field(
-        2, ge=1, description="Processes (one core each) that give the second opinion."
+    cpu_model_processes: int = Field(
+        2,
+        ge=1,
+        description="Processes (one core each) that run the CPU engine's models beside the "
+        "engine: page orientation and the second opinion.",
     )
 
     # --- the fan-out client (`vlm-ocr submit`), not the worker -----------------------------

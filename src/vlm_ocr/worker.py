@@ -20,7 +20,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from . import samples
 from .compare import agree
@@ -28,6 +28,7 @@ from .cpu_pool import CpuPool, TaskFailed, TaskTimeout
 from .engines.base import Engine, Recognition
 from .engines.rapidocr import read_png
 from .errors import EngineError, InputError, PageError, StorageError
+from .orientation import upright
 from .prompts import Prompt, resolve
 from .render import BLANK_DETECTOR, Budget, PageImage, pdf_page_image
 from .schema import JobInput, JobReport, PageReport, format_ranges
@@ -36,6 +37,7 @@ from .sources import Limits, PageRef, Rendering, load_document
 from .storage import JSON_TYPE, TEXT_TYPE, BucketInputs, JobKeys, PageRecord, Store, put_json
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -174,10 +176,11 @@ class Worker:
         self.rendered_slots = self.engine_slots + 2 * self.pool.size
         self.rendered_gate = asyncio.Semaphore(self.rendered_slots)
         self._prefixes: set[str] = set()  # result prefixes of the jobs running now
-        # The CPU engine's second opinion runs in processes of its own, one core each, started
-        # when a job first asks: spare cores beside the render processes, never the event loop.
-        self.opinions = CpuPool(settings.second_opinion_processes)
-        self._opinions_started = asyncio.Lock()
+        # The CPU engine's models (page orientation, the second opinion) run in processes of
+        # their own, one core each, started when first needed: spare cores beside the render
+        # processes, never the event loop.
+        self.cpu_models = CpuPool(settings.cpu_model_processes)
+        self._cpu_models_started = asyncio.Lock()
 
     # --- cold start -----------------------------------------------------------------------------
 
@@ -197,13 +200,13 @@ class Worker:
         await self.engine.close()
         if self._own_pool:
             await self.pool.close()
-        await self.opinions.close()
+        await self.cpu_models.close()
 
     def terminate(self) -> None:
         """End every child process now (the worker got SIGTERM or SIGINT)."""
         self.engine.terminate()
         self.pool.terminate()
-        self.opinions.terminate()
+        self.cpu_models.terminate()
 
     def budget(self, job: JobInput | None = None) -> Budget:
         """The page budget: MAX_PIXELS, or less when the job asks. Never more: the engine was
@@ -352,6 +355,7 @@ class Worker:
         reused = blank = False
         error: PageError | None = None
         second: asyncio.Task[str | Exception] | None = None
+        turn: int | None = None
         opinion: Opinion | None = None
         try:
             job.check_alive(self.engine)
@@ -360,6 +364,10 @@ class Worker:
             async with self.rendered_gate:  # from rendering until the engine is done with it
                 image = await ref.image()
                 timings["render_s"] = _since(t0)
+                if self.settings.auto_rotate and image.scanned and not image.blank:
+                    t_turn = time.perf_counter()
+                    image, turn = await self._upright(image, ref.number)
+                    timings["orient_s"] = _since(t_turn)
                 job.check_alive(self.engine)
                 if not image.blank:
                     stored = await self._stored(page_key, image.sha256, job)
@@ -419,6 +427,7 @@ class Worker:
             error=error.message if error else None,
             error_stage=error.stage if error else None,
             text=text if job.job.return_text and not error else None,
+            rotated=turn,
             agreement=opinion.agreement if opinion else None,
             review=opinion.review if opinion else None,
             differences=opinion.differences if opinion else None,
@@ -443,17 +452,27 @@ class Worker:
             job.store_error = str(exc)
             raise PageError("store", str(exc)) from None
 
+    async def _on_cpu_models(self, fn: Callable[..., T], *args: Any) -> T:
+        async with self._cpu_models_started:
+            if not self.cpu_models.started:
+                await self.cpu_models.start()
+        return await self.cpu_models.run(fn, *args, timeout_s=self.settings.render_timeout_s)
+
     async def _read_again(self, image: PageImage) -> str | Exception:
         """The CPU engine's reading of the page, for the second opinion (or why there is none)."""
-        async with self._opinions_started:
-            if not self.opinions.started:
-                await self.opinions.start()
         try:
-            return await self.opinions.run(
-                read_png, image.png, timeout_s=self.settings.render_timeout_s
-            )
+            return await self._on_cpu_models(read_png, image.png)
         except (TaskTimeout, TaskFailed, PageError) as exc:
             return exc
+
+    async def _upright(self, image: PageImage, number: int) -> tuple[PageImage, int | None]:
+        """A scanned page turned upright, and the clockwise turn (None: it could not be told)."""
+        try:
+            turn, turned = await self._on_cpu_models(upright, image.png, image.scanned)
+        except (TaskTimeout, TaskFailed, PageError) as exc:
+            log.warning("page %s: orientation not checked (%s)", number, exc)
+            return image, None
+        return turned or image, turn
 
     async def _recognize(
         self, image: PageImage, job: _Job, timings: dict[str, float]

@@ -79,8 +79,9 @@ class RapidOcrEngine:
         self._ocr = None
 
 
-def _load(threads: int = -1) -> Any:
-    """RapidOCR with its built-in models; `threads` for onnxruntime (-1: every core)."""
+def _load(threads: int = -1, **params: Any) -> Any:
+    """RapidOCR with its built-in models; `threads` for onnxruntime (-1: every core), `params`
+    more of its settings."""
     from rapidocr import RapidOCR
 
     logging.getLogger("RapidOCR").setLevel(logging.WARNING)
@@ -88,6 +89,7 @@ def _load(threads: int = -1) -> Any:
         params={
             "Global.log_level": "warning",
             "EngineConfig.onnxruntime.intra_op_num_threads": threads,
+            **params,
         }
     )
 

@@ -263,3 +263,32 @@ def test_a_json_schema_is_answered_by_guided_decoding(loop, vllm) -> None:
     stored = json.loads((settings.output_dir / page["key"]).read_text())
     jsonschema.validate(stored, schema)
     assert result["fingerprint"]["prompt"] == "extract-json+json"
+
+
+def test_a_second_opinion_beside_real_engine_requests(loop, vllm, tmp_path: Path) -> None:
+    # Through the same server as a second client (ENGINE=openai), every answer 8 tokens long
+    # (ignore_eos): each page is stored, and the CPU engine's reading disagrees with the random
+    # text, so every page is flagged for review with its agreement.
+    from vlm_ocr.app import build_worker, make_engine
+
+    worker, settings = vllm
+    other = settings.model_copy(
+        update={
+            "engine": EngineKind.OPENAI,
+            "openai_base_url": worker.engine.base_url,
+            "output_dir": tmp_path,
+        }
+    )
+    remote = build_worker(other, make_engine(other, fixed_output_tokens=8))
+    loop.run(remote.start())
+    try:
+        pdf = samples.pdf_from_pages(samples.numbered_pages(2, lines=2))
+        job = {"pdf": {"base64": b64(pdf)}, "second_opinion": True}
+        result = loop.run(remote.run("o2", job))
+    finally:
+        loop.run(remote.close())
+    assert [p["status"] for p in result["pages"]] == ["ok", "ok"], result.get("error")
+    for page in result["pages"]:
+        assert page["output_tokens"] == 8 and page["review"] is True
+        assert 0 <= page["agreement"] < 0.5
+    assert result["totals"]["review"] == 2

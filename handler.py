@@ -81,11 +81,12 @@ def page_item(event: PageDone) -> dict[str, Any]:
 
 
 def result_item(result: dict[str, Any]) -> dict[str, Any]:
-    """The stream's last item. A job that stored nothing ends as a failed RunPod job with its
-    error; any other job completes with its whole result under `result` (status `ok` or
-    `partial`, and why)."""
+    """The stream's last item. A job that stored nothing, or that the engine or the store
+    stopped (`retry`: submitting it again finishes it), ends as a failed RunPod job with its
+    error; any other job completes with its whole result under `result` (status `ok`, or
+    `partial` with pages its input made fail, and why)."""
     result.pop("refresh_worker", None)  # the process exits instead (exit_if_engine_failed)
-    if result.get("status", "failed") == "failed":
+    if result.get("status", "failed") == "failed" or result.get("retry"):
         return {"error": result.get("error") or "the job failed"}
     return {"event": "result", "result": result}
 

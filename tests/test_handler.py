@@ -260,3 +260,13 @@ def test_a_job_that_stores_nothing_ends_the_stream_with_its_error(tmp_path, loop
     worker = new_worker(loop, make_settings(tmp_path), HeldEngine(loop, held=0), cpu_pool)
     items = stream_items(loop, worker, {"id": "job-e", "input": {"pdf": {"url": "ftp://x"}}})
     assert len(items) == 1 and "input.pdf.url" in items[0]["error"]
+
+
+def test_a_job_the_engine_or_store_stopped_ends_as_a_failed_runpod_job() -> None:
+    import handler as entry
+
+    partial = {"status": "partial", "error": "page 3: not an image", "pages": []}
+    assert entry.result_item(dict(partial)) == {"event": "result", "result": partial}
+    stopped = {**partial, "error": "the engine failed …", "retry": True, "refresh_worker": True}
+    assert entry.result_item(stopped) == {"error": "the engine failed …"}
+    assert entry.result_item({"status": "failed", "error": "no page"}) == {"error": "no page"}

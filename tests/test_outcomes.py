@@ -98,7 +98,7 @@ def test_all_pages_ok(run_scripted) -> None:
     store = MemoryStore()
     result, manifest = run_scripted(["ok"] * 4, store)
     assert result["status"] == manifest["status"] == "ok"
-    assert "error" not in result and "error" not in manifest
+    assert "error" not in result and "error" not in manifest and "retry" not in result
     assert keys_named(result) == {f"o/page-000{n}.md" for n in range(1, 5)} <= set(store.objects)
 
 
@@ -111,6 +111,7 @@ def test_engine_dies_mid_job(run_scripted) -> None:
     assert result["status"] == manifest["status"] == "partial"
     assert result["error"] == manifest["error"]
     assert "this worker will be replaced" in result["error"] and result["refresh_worker"] is True
+    assert result["retry"] is True  # submitting it again finishes it
     assert keys_named(result) == {"o/page-0001.md"}
 
 
@@ -119,7 +120,7 @@ def test_failed_page_write_names_no_key(run_scripted) -> None:
     result, manifest = run_scripted(["ok"] * 4, store)
     assert [p["status"] for p in result["pages"]] == ["ok", "failed", "failed", "failed"]
     assert result["status"] == manifest["status"] == "partial"
-    assert "Stored pages: 1; not stored: 2-4" in result["error"]
+    assert "Stored pages: 1; not stored: 2-4" in result["error"] and result["retry"] is True
     assert keys_named(result) == {"o/page-0001.md"} and keys_named(manifest) == keys_named(result)
 
 
@@ -141,6 +142,7 @@ def test_partial_text_stored_apart(run_scripted) -> None:
     assert first["partial_key"] == "o/failed/page-0001.partial.md"
     assert store.objects[first["partial_key"]] == b"half a page"
     assert result["status"] == manifest["status"] == "partial"
+    assert "retry" not in result  # the page itself failed: the job is not retried for it
 
 
 def test_failed_manifest_write(run_scripted) -> None:

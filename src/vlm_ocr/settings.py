@@ -255,10 +255,10 @@ class Settings(BaseSettings):
         description="Agreement of the two readings below which a page is flagged for review.",
     )
     cpu_model_processes: int = Field(
-        2,
-        ge=1,
+        0,
+        ge=0,
         description="Processes (one core each) that run the CPU engine's models beside the "
-        "engine: page orientation and the second opinion.",
+        "engine, page orientation and the second opinion; 0 = half the CPU cores.",
     )
 
     # --- the fan-out client (`vlm-ocr submit`), not the worker -----------------------------

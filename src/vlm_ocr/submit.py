@@ -272,7 +272,7 @@ class Submission:
                 part.error = result.get("error")
             else:
                 part.status = "failed"
-                part.error = error or f"the job ended {state}"
+                part.error = error or _last_error(output) or f"the job ended {state}"
             await self._save()
             if part.status == "ok":
                 return
@@ -366,6 +366,14 @@ def _final_result(output: Any) -> dict[str, Any] | None:
         return last.get("result") if last.get("event") == "result" else None
     if isinstance(output, dict) and "pages" in output:
         return output
+    return None
+
+
+def _last_error(output: Any) -> str | None:
+    """The error a streamed job ended with, where the server listed it as its last item."""
+    if isinstance(output, list) and output and isinstance(output[-1], dict):
+        error = output[-1].get("error")
+        return str(error) if error else None
     return None
 
 

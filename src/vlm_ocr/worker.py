@@ -24,7 +24,7 @@ from typing import Any, Literal, TypeVar
 
 from . import samples
 from .compare import agree
-from .cpu_pool import CpuPool, TaskFailed, TaskTimeout
+from .cpu_pool import CpuPool, TaskFailed, TaskTimeout, host_cores
 from .engines.base import Engine, Recognition
 from .engines.rapidocr import read_png
 from .errors import EngineError, InputError, PageError, StorageError
@@ -110,6 +110,9 @@ class Verdict:
     status: Literal["ok", "partial", "failed"]
     error: str | None = None
     refresh_worker: bool = False
+    #: the job stopped for a reason outside its input (the engine or the store failed):
+    #: submitting it again finishes it, reusing the pages already stored
+    retry: bool = False
 
 
 def verdict(
@@ -142,7 +145,12 @@ def verdict(
         messages.append("no page could be processed: " + "; ".join(errors[:5]))
     if messages and status == "ok":
         status = "partial"
-    return Verdict(status, " | ".join(messages) or None, bool(engine_error))
+    return Verdict(
+        status,
+        " | ".join(messages) or None,
+        refresh_worker=bool(engine_error),
+        retry=bool(engine_error or store_error or manifest_error),
+    )
 
 
 class Worker:
@@ -179,7 +187,7 @@ class Worker:
         # The CPU engine's models (page orientation, the second opinion) run in processes of
         # their own, one core each, started when first needed: spare cores beside the render
         # processes, never the event loop.
-        self.cpu_models = CpuPool(settings.cpu_model_processes)
+        self.cpu_models = CpuPool(settings.cpu_model_processes or max(1, host_cores() // 2))
         self._cpu_models_started = asyncio.Lock()
 
     # --- cold start -----------------------------------------------------------------------------
@@ -536,6 +544,8 @@ class Worker:
         out = report.model_dump(mode="json", exclude_none=True)
         if final.refresh_worker:
             out["refresh_worker"] = True
+        if final.retry:
+            out["retry"] = True
         return out
 
     def _notes(self, job: JobInput, prompt: Prompt) -> list[str]:

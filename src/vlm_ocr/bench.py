@@ -261,6 +261,9 @@ async def _memory_scenario(settings: Settings, name: str) -> dict[str, Any]:
     from .app import build_worker
 
     job = _scenario_job(name)
+    # The render path's memory: orientation's processes hold the CPU engine's models, a fixed
+    # cost apart from the pages (`vlm-ocr bench --pages N` with scanned pages shows their time).
+    settings = settings.model_copy(update={"auto_rotate": False})
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     with tempfile.TemporaryDirectory(prefix="vlm-ocr-memory-") as tmp:
         worker = build_worker(settings, NullEngine(), out_dir=Path(tmp))

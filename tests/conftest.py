@@ -7,11 +7,9 @@ import base64
 import io
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 from PIL import Image
 
@@ -20,6 +18,7 @@ from vlm_ocr.app import build_worker
 from vlm_ocr.cpu_pool import CpuPool
 from vlm_ocr.engines.rapidocr import RapidOcrEngine
 from vlm_ocr.engines.vllm_server import free_port  # noqa: F401 (shared with the tests)
+from vlm_ocr.local_endpoint import wait_for_http  # noqa: F401 (shared with the tests)
 from vlm_ocr.render import Budget
 from vlm_ocr.runtime import WorkerLoop
 from vlm_ocr.settings import Settings
@@ -138,20 +137,6 @@ def run_sixteen_jobs(
         for page, truth in zip(result["pages"], docs[j], strict=True):
             text = read(page["key"])
             assert similarity(text, samples.page_text(truth)) >= 0.9, (j, text)
-
-
-def wait_for_http(url: str, proc: subprocess.Popen, timeout_s: float) -> None:
-    """Until `url` answers, failing early if the server process exits."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the server exited with code {proc.returncode}")
-        try:
-            httpx.get(url, timeout=1)
-            return
-        except httpx.HTTPError:
-            time.sleep(0.5)
-    raise TimeoutError(f"{url} did not answer within {timeout_s:g} s")
 
 
 def serve_api(env: dict[str, str], port: int, **popen: object) -> subprocess.Popen:

@@ -112,16 +112,15 @@ def test_prompt_tokens_follow_the_pixel_budget(loop, vllm) -> None:
     assert p1 - p0 == i1 - i0 and p2 - p1 == i2 - i1
 
 
+def second_client(worker, settings: Settings, out: Path) -> Settings:
+    """Settings of another worker that uses the module's server as ENGINE=openai."""
+    update = {"engine": EngineKind.OPENAI, "openai_base_url": worker.engine.base_url}
+    return settings.model_copy(update=update | {"output_dir": out})
+
+
 def test_openai_engine_uses_the_same_client(loop, vllm, tmp_path: Path) -> None:
     worker, settings = vllm
-    other = settings.model_copy(
-        update={
-            "engine": EngineKind.OPENAI,
-            "openai_base_url": worker.engine.base_url,
-            "output_dir": tmp_path,
-        }
-    )
-    remote = loop.run(start_worker(other))
+    remote = loop.run(start_worker(second_client(worker, settings, tmp_path)))
     try:
         result = loop.run(
             remote.run("o1", {"images": [{"base64": b64(png_bytes(page_image(["x"])))}]})
@@ -274,13 +273,7 @@ def test_a_second_opinion_beside_real_engine_requests(loop, vllm, tmp_path: Path
     from vlm_ocr.app import build_worker, make_engine
 
     worker, settings = vllm
-    other = settings.model_copy(
-        update={
-            "engine": EngineKind.OPENAI,
-            "openai_base_url": worker.engine.base_url,
-            "output_dir": tmp_path,
-        }
-    )
+    other = second_client(worker, settings, tmp_path)
     remote = build_worker(other, make_engine(other, fixed_output_tokens=8))
     loop.run(remote.start())
     try:

@@ -181,7 +181,7 @@ class LocalEndpoint:
                 )
                 self.urls.append(f"http://127.0.0.1:{port}")
             for url, proc in zip(self.urls, self.procs, strict=True):
-                _wait_for(url + "/docs", proc, timeout_s=180)
+                wait_for_http(url + "/docs", proc, timeout_s=180)
         except BaseException:
             self._end_workers()
             raise
@@ -202,14 +202,15 @@ class LocalEndpoint:
                 proc.wait(timeout=30)
 
 
-def _wait_for(url: str, proc: subprocess.Popen[bytes], timeout_s: float) -> None:
+def wait_for_http(url: str, proc: subprocess.Popen[Any], timeout_s: float) -> None:
+    """Until `url` answers, failing early if the server process exits."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"a worker exited with code {proc.returncode} while starting")
+            raise RuntimeError(f"the server exited with code {proc.returncode}")
         try:
             httpx.get(url, timeout=1)
             return
         except httpx.HTTPError:
             time.sleep(0.3)
-    raise TimeoutError(f"a worker did not answer within {timeout_s:g} s")
+    raise TimeoutError(f"{url} did not answer within {timeout_s:g} s")

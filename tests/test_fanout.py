@@ -198,3 +198,15 @@ def test_ctrl_c_cancels_the_submitted_jobs_and_says_what_was_stored(s3, endpoint
     new = [endpoint.router.jobs[i] for i in set(endpoint.router.jobs) - before]
     assert {job.state for job in new} == {"CANCELLED"}
     assert API_KEY not in out + err
+
+
+def test_a_wrong_api_key_says_which_setting_to_check(s3, endpoint, tmp_path) -> None:
+    from vlm_ocr.endpoint import EndpointError
+
+    pdf = tmp_path / "one.pdf"
+    write_pdf(pdf, 1)
+    settings = endpoint.settings(s3).model_copy(update={"runpod_api_key": "wrong"})
+    with pytest.raises(EndpointError) as err:
+        submit(pdf, settings, pages_per_job=1)
+    assert "401 unauthorized; check RUNPOD_API_KEY" in str(err.value)
+    assert "wrong" not in str(err.value)

@@ -270,3 +270,63 @@ def test_a_job_the_engine_or_store_stopped_ends_as_a_failed_runpod_job() -> None
     stopped = {**partial, "error": "the engine failed …", "retry": True, "refresh_worker": True}
     assert entry.result_item(stopped) == {"error": "the engine failed …"}
     assert entry.result_item({"status": "failed", "error": "no page"}) == {"error": "no page"}
+
+
+def test_the_sdk_job_loop_streams_each_page_then_sends_the_whole_result(
+    monkeypatch, tmp_path, loop, cpu_pool
+) -> None:
+    # The RunPod SDK's own production path (`rp_job.handle_job`), with a loopback server in
+    # place of RunPod's job API: each page is posted to the stream URL as it is stored, and the
+    # aggregated list (pages, then the result) to the done URL at the end.
+    import asyncio
+
+    import aiohttp
+    from aiohttp import web
+    from runpod.serverless.modules import rp_http, rp_job
+
+    import handler as entry
+
+    from .conftest import make_settings, new_worker
+
+    engine = HeldEngine(loop, held=3)
+    worker = new_worker(loop, make_settings(tmp_path), engine, cpu_pool)
+    posts: list[tuple[str, dict]] = []
+
+    async def receive(request: web.Request) -> web.Response:
+        kind = request.path.strip("/")
+        posts.append((kind, json.loads(await request.text())))
+        if [k for k, _ in posts] == ["stream", "stream"]:
+            engine.release()  # page 3 is answered only after two pages reached the stream
+        return web.Response(text="ok")
+
+    async def run() -> None:
+        app = web.Application()
+        app.add_routes([web.post("/stream", receive), web.post("/done", receive)])
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        base = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+        monkeypatch.setattr(rp_http, "JOB_STREAM_URL", base + "/stream?id=$ID")
+        monkeypatch.setattr(rp_http, "JOB_DONE_URL", base + "/done?id=$ID")
+        pdf = samples.pdf_from_pages(samples.numbered_pages(3, lines=2))
+        job = {"id": "job-sdk", "input": {"pdf": {"base64": b64(pdf)}}}
+        config = {
+            "handler": entry.make_stream_handler(loop, worker),
+            "return_aggregate_stream": True,
+        }
+        try:
+            async with aiohttp.ClientSession() as session:
+                await rp_job.handle_job(session, config, job)
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(run())
+    kinds = [kind for kind, _ in posts]
+    assert kinds == ["stream"] * 4 + ["done"]
+    streamed = [body["output"] for kind, body in posts if kind == "stream"]
+    assert [item["done"] for item in streamed[:3]] == [1, 2, 3]
+    assert sorted(item["page"]["page"] for item in streamed[:3]) == [1, 2, 3]
+    assert streamed[3]["event"] == "result" and streamed[3]["result"]["status"] == "ok"
+    done = posts[-1][1]
+    assert "error" not in done and done["output"] == streamed

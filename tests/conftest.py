@@ -6,14 +6,13 @@ import asyncio
 import base64
 import io
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from PIL import Image
 
-from vlm_ocr import samples
+from vlm_ocr import local_endpoint, samples
 from vlm_ocr.app import build_worker
 from vlm_ocr.cpu_pool import CpuPool
 from vlm_ocr.engines.rapidocr import RapidOcrEngine
@@ -141,15 +140,7 @@ def run_sixteen_jobs(
 
 def serve_api(env: dict[str, str], port: int, **popen: object) -> subprocess.Popen:
     """`handler.py --rp_serve_api` (the RunPod SDK's local API server) on a loopback port."""
-    argv = [
-        "handler.py",
-        "--rp_serve_api",
-        "--rp_api_host",
-        "127.0.0.1",
-        "--rp_api_port",
-        str(port),
-    ]
-    return subprocess.Popen([sys.executable, *argv], cwd=ROOT, env=env, **popen)  # type: ignore[call-overload]
+    return local_endpoint.serve_api(ROOT / "handler.py", env, port, **popen)
 
 
 def gather(loop: WorkerLoop, coros: list) -> list:

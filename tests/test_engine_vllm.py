@@ -15,6 +15,7 @@ import pytest
 
 from vlm_ocr import samples
 from vlm_ocr.app import start_worker
+from vlm_ocr.local_endpoint import worker_environ
 from vlm_ocr.plan import image_tokens
 from vlm_ocr.settings import EngineKind, Settings
 
@@ -149,8 +150,7 @@ def engine_pid(worker_pid: int) -> int:
 
 def test_killing_the_server_mid_job_fails_fast_and_exits(tiny_model: Path, tmp_path: Path) -> None:
     api_port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RUNPOD_", "BUCKET_"))}
-    env |= engine_env(
+    env = worker_environ() | engine_env(
         tiny_model,
         0,
         MAX_TOKENS="200",
@@ -214,8 +214,9 @@ def test_killing_the_server_mid_job_fails_fast_and_exits(tiny_model: Path, tmp_p
 def test_no_engine_outlives_its_worker(
     sig: signal.Signals, tiny_model: Path, tmp_path: Path
 ) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RUNPOD_", "BUCKET_"))}
-    env |= engine_env(tiny_model, 0, OUTPUT_DIR=str(tmp_path / "out"), RUNPOD_LOG_LEVEL="ERROR")
+    env = worker_environ() | engine_env(
+        tiny_model, 0, OUTPUT_DIR=str(tmp_path / "out"), RUNPOD_LOG_LEVEL="ERROR"
+    )
     api_port = free_port()
     proc = serve_api(env, api_port, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

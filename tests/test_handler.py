@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,16 +11,16 @@ import httpx
 import pytest
 
 from vlm_ocr import samples
+from vlm_ocr.local_endpoint import worker_environ
 from vlm_ocr.textsim import similarity
 
 from .conftest import ROOT, b64, free_port, serve_api, wait_for_http
 
 
 def handler_env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RUNPOD_", "BUCKET_"))}
-    env.update(OUTPUT_DIR=str(tmp_path / "out"), RUNPOD_LOG_LEVEL="ERROR")
-    env.update(extra)
-    return env
+    return worker_environ(
+        **{"OUTPUT_DIR": str(tmp_path / "out"), "RUNPOD_LOG_LEVEL": "ERROR"} | extra
+    )
 
 
 def test_test_input_json_runs_and_prints_result(tmp_path: Path) -> None:

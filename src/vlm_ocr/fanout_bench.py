@@ -9,14 +9,13 @@ run reuses nothing of the first. Needs a checkout (handler.py) and the test extr
 from __future__ import annotations
 
 import asyncio
-import os
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from . import samples
-from .local_endpoint import API_KEY, LocalEndpoint, Router
+from .local_endpoint import API_KEY, LocalEndpoint, Router, worker_environ
 from .loopback_s3 import LoopbackS3
 from .settings import Settings
 from .submit import DocumentManifest, Options, Submission
@@ -46,9 +45,9 @@ def fanout_main(settings: Settings, *, pages: int, workers: int, pages_per_job: 
         return 2
     s3 = LoopbackS3()
     bucket = s3.create_bucket("fanout-bench")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RUNPOD_", "BUCKET_"))}
-    env.update({k.upper(): str(v) for k, v in s3.settings_update(bucket).items()})
-    env.update(RUNPOD_LOG_LEVEL="ERROR", UVICORN_LOG_LEVEL="warning", LOG_LEVEL="WARNING")
+    env = worker_environ(
+        **s3.env(bucket), RUNPOD_LOG_LEVEL="ERROR", UVICORN_LOG_LEVEL="warning", LOG_LEVEL="WARNING"
+    )
     t0 = time.perf_counter()
     endpoint = LocalEndpoint(HANDLER, env, workers)
     started = time.perf_counter() - t0

@@ -159,6 +159,21 @@ class Router:
         self._thread.join(timeout=10)
 
 
+def worker_environ(**extra: str) -> dict[str, str]:
+    """This process's environment without RunPod's and the bucket's variables, so a worker
+    started from it talks to no real job queue or bucket, plus `extra`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RUNPOD_", "BUCKET_"))}
+    return env | extra
+
+
+def serve_api(handler: Path, env: dict[str, str], port: int, **popen: Any) -> subprocess.Popen[Any]:
+    """`handler.py --rp_serve_api` (the RunPod SDK's local API server) on a loopback port."""
+    argv = ["--rp_serve_api", "--rp_api_host", "127.0.0.1", "--rp_api_port", str(port)]
+    return subprocess.Popen(
+        [sys.executable, str(handler), *argv], cwd=handler.parent, env=env, **popen
+    )
+
+
 class LocalEndpoint:
     """`count` worker processes (`handler.py --rp_serve_api`, environment `env`) behind a
     Router. `kill(i)` ends worker i as a crash would; `stop()` ends everything."""
@@ -169,16 +184,11 @@ class LocalEndpoint:
         try:
             for _ in range(count):
                 port = free_port()
-                argv = ["--rp_serve_api", "--rp_api_host", "127.0.0.1", "--rp_api_port", str(port)]
-                self.procs.append(
-                    subprocess.Popen(
-                        [sys.executable, str(handler), *argv],
-                        cwd=handler.parent,
-                        env=env,
-                        stdout=subprocess.DEVNULL,
-                        start_new_session=True,  # kill() ends its render processes too
-                    )
+                # its own session: kill() ends its render processes too
+                proc = serve_api(
+                    handler, env, port, stdout=subprocess.DEVNULL, start_new_session=True
                 )
+                self.procs.append(proc)
                 self.urls.append(f"http://127.0.0.1:{port}")
             for url, proc in zip(self.urls, self.procs, strict=True):
                 wait_for_http(url + "/docs", proc, timeout_s=180)

@@ -31,6 +31,10 @@ class LoopbackS3:
             "bucket_secret_access_key": "test",
         }
 
+    def env(self, bucket: str) -> dict[str, str]:
+        """The same, as the environment variables of a worker process."""
+        return {k.upper(): str(v) for k, v in self.settings_update(bucket).items()}
+
     def stop(self) -> None:
         self._server.stop()
 

@@ -264,7 +264,7 @@ class Submission:
             await self._save()
             state, output, error = await self._follow(api, job_id)
             self.active.pop(job_id, None)  # kept on cancellation: cancel_active() needs it
-            result = _final_result(output)
+            result, ended_with = _ending(output)
             if result is not None:
                 part.manifest_key = result.get("manifest_key")
                 self.manifest.outcome(part, result.get("pages", []))
@@ -272,7 +272,7 @@ class Submission:
                 part.error = result.get("error")
             else:
                 part.status = "failed"
-                part.error = error or _last_error(output) or f"the job ended {state}"
+                part.error = error or ended_with or f"the job ended {state}"
             await self._save()
             if part.status == "ok":
                 return
@@ -358,23 +358,17 @@ class Submission:
         return key
 
 
-def _final_result(output: Any) -> dict[str, Any] | None:
-    """The job result from a streamed job's aggregated output (its last item), or from a
-    worker that does not stream (the output itself)."""
-    if isinstance(output, list) and output and isinstance(output[-1], dict):
-        last = output[-1]
-        return last.get("result") if last.get("event") == "result" else None
-    if isinstance(output, dict) and "pages" in output:
-        return output
-    return None
-
-
-def _last_error(output: Any) -> str | None:
-    """The error a streamed job ended with, where the server listed it as its last item."""
-    if isinstance(output, list) and output and isinstance(output[-1], dict):
-        error = output[-1].get("error")
-        return str(error) if error else None
-    return None
+def _ending(output: Any) -> tuple[dict[str, Any] | None, str | None]:
+    """(the job result, or the error the job ended with) from a streamed job's aggregated output
+    (its last item), or from a worker that does not stream (the output itself)."""
+    last = output[-1] if isinstance(output, list) and output else output
+    if not isinstance(last, dict):
+        return None, None
+    if last.get("event") == "result":
+        return last.get("result"), None
+    if "pages" in last and not isinstance(output, list):
+        return last, None
+    return None, str(last["error"]) if last.get("error") else None
 
 
 def _slug(stem: str) -> str:

@@ -461,9 +461,10 @@ class Worker:
             raise PageError("store", str(exc)) from None
 
     async def _on_cpu_models(self, fn: Callable[..., T], *args: Any) -> T:
-        async with self._cpu_models_started:
-            if not self.cpu_models.started:
-                await self.cpu_models.start()
+        if not self.cpu_models.started:  # once; the lock only while it starts
+            async with self._cpu_models_started:
+                if not self.cpu_models.started:
+                    await self.cpu_models.start()
         return await self.cpu_models.run(fn, *args, timeout_s=self.settings.render_timeout_s)
 
     async def _read_again(self, image: PageImage) -> str | Exception:

@@ -4,7 +4,7 @@ stand-in for RunPod's endpoint routes, with moto's S3 server as the bucket."""
 from __future__ import annotations
 
 import asyncio
-import os
+import json
 import signal
 import subprocess
 import sys
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from vlm_ocr import samples
-from vlm_ocr.local_endpoint import API_KEY, LocalEndpoint
+from vlm_ocr.local_endpoint import API_KEY, LocalEndpoint, worker_environ
 from vlm_ocr.loopback_s3 import LoopbackS3, s3_client
 from vlm_ocr.settings import Settings
 from vlm_ocr.submit import Options, Submission
@@ -26,8 +26,8 @@ BUCKET = "fanout"
 
 
 def worker_env(s3: LoopbackS3, tmp: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RUNPOD_", "BUCKET_"))}
-    env.update(
+    return worker_environ(
+        **s3.env(BUCKET),
         ENGINE="rapidocr",
         RENDER_PROCESSES="1",
         MAX_PIXELS=str(TEST_PIXELS),
@@ -36,8 +36,6 @@ def worker_env(s3: LoopbackS3, tmp: Path) -> dict[str, str]:
         LOG_LEVEL="WARNING",
         UVICORN_LOG_LEVEL="warning",
     )
-    env.update({k.upper(): str(v) for k, v in s3.settings_update(BUCKET).items()})
-    return env
 
 
 class Endpoint(LocalEndpoint):
@@ -171,9 +169,9 @@ def test_a_worker_killed_mid_run_ends_with_every_page_stored(s3, tmp_path_factor
 def test_ctrl_c_cancels_the_submitted_jobs_and_says_what_was_stored(s3, endpoint, tmp_path):
     pdf = tmp_path / "short.pdf"
     write_pdf(pdf, 4)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RUNPOD_", "BUCKET_"))}
-    env.update({k.upper(): str(v) for k, v in s3.settings_update(BUCKET).items()})
-    env.update(RUNPOD_API_BASE=endpoint.router.base, RUNPOD_API_KEY=API_KEY)
+    env = worker_environ(
+        **s3.env(BUCKET), RUNPOD_API_BASE=endpoint.router.base, RUNPOD_API_KEY=API_KEY
+    )
     before = set(endpoint.router.jobs)
     proc = subprocess.Popen(
         [
@@ -186,6 +184,8 @@ def test_ctrl_c_cancels_the_submitted_jobs_and_says_what_was_stored(s3, endpoint
             "e",
             "--pages-per-job",
             "2",
+            "--prefix",
+            "ctrl-c/short",
         ],
         cwd=ROOT,
         env=env,
@@ -193,8 +193,16 @@ def test_ctrl_c_cancels_the_submitted_jobs_and_says_what_was_stored(s3, endpoint
         stderr=subprocess.PIPE,
         text=True,
     )
+
+    def recorded() -> int:  # jobs the client has taken on (its document manifest lists them)
+        try:
+            doc = json.loads(read(s3, "ocr/ctrl-c/short/document.json"))
+        except s3_client(s3.endpoint).exceptions.NoSuchKey:
+            return 0
+        return sum(len(part["job_ids"]) for part in doc["parts"])
+
     deadline = time.monotonic() + 120
-    while len(set(endpoint.router.jobs) - before) < 2 and time.monotonic() < deadline:
+    while recorded() < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)

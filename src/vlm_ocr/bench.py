@@ -74,6 +74,44 @@ async def bench_main(settings: Settings, args: argparse.Namespace) -> int:
     return 0 if figures["failed"] == 0 else 1
 
 
+class Timeline:
+    """When each engine request was sent and answered, recorded around the engine's `ask`:
+    how full a run kept the engine (the mean of requests in flight), how long it took to send
+    the first request and to finish after the last answer. The worker and the direct path are
+    measured alike, so their difference is the worker's own."""
+
+    def __init__(self, engine: Any) -> None:
+        self.spans: list[tuple[float, float]] = []
+        self.t0 = time.perf_counter()
+        self._engine, self._ask = engine, getattr(engine, "ask", None)
+        if self._ask is not None:
+            engine.ask = self._recorded
+
+    async def _recorded(self, *args: Any, **kwargs: Any) -> Any:
+        sent = time.perf_counter()
+        try:
+            return await self._ask(*args, **kwargs)
+        finally:
+            self.spans.append((sent, time.perf_counter()))
+
+    def close(self) -> None:
+        if self._ask is not None:
+            del self._engine.ask  # the class's method again
+
+    def figures(self, end: float) -> dict[str, float]:
+        if not self.spans:
+            return {}
+        wall = end - self.t0
+        first = min(s for s, _ in self.spans) - self.t0
+        last = max(e for _, e in self.spans)
+        busy = sum(e - s for s, e in self.spans)
+        return {
+            "first_request_s": first,
+            "after_last_answer_s": end - last,
+            "mean_in_flight": busy / wall if wall else 0.0,
+        }
+
+
 async def run_bench(
     worker: Any, *, pages: int, jobs: int, second_opinion: bool = False
 ) -> dict[str, Any]:
@@ -92,8 +130,13 @@ async def run_bench(
 
     t0, cpu0, pool0 = time.perf_counter(), time.process_time(), worker.pool.cpu_seconds()
     models0 = worker.cpu_models.cpu_seconds()
-    results = await asyncio.gather(*(one(j) for j in range(jobs)))
-    wall = time.perf_counter() - t0
+    timeline = Timeline(worker.engine)
+    try:
+        results = await asyncio.gather(*(one(j) for j in range(jobs)))
+    finally:
+        timeline.close()
+    end = time.perf_counter()
+    wall = end - t0
     cpu, pool_cpu = time.process_time() - cpu0, worker.pool.cpu_seconds() - pool0
     models_cpu = worker.cpu_models.cpu_seconds() - models0
     page_reports = [p for r in results for p in r.get("pages", [])]
@@ -109,6 +152,7 @@ async def run_bench(
         "render_cpu_ms_per_page": 1000 * pool_cpu / max(1, len(page_reports)),
         "cpu_models_cpu_ms_per_page": 1000 * models_cpu / max(1, len(page_reports)),
         "review": sum(bool(p.get("review")) for p in page_reports),
+        "timeline": timeline.figures(end),
         "stages": {
             s: {"p50": percentile(v, 50), "p95": percentile(v, 95), "mean": statistics.fmean(v)}
             for s, v in per_stage.items()
@@ -139,11 +183,16 @@ async def _direct(worker: Any, args: argparse.Namespace) -> dict[str, Any]:
             latencies.append(time.perf_counter() - t0)
             tokens.append(answer.output_tokens or 0)
 
-    t0 = time.perf_counter()
-    await asyncio.gather(*(one(p) for p in pages))
-    wall = time.perf_counter() - t0
+    timeline = Timeline(engine)
+    try:
+        await asyncio.gather(*(one(p) for p in pages))
+    finally:
+        timeline.close()
+    end = time.perf_counter()
+    wall = end - timeline.t0
     return {
         "pages": count,
+        "timeline": timeline.figures(end),
         "wall_s": wall,
         "pages_per_s": count / wall,
         "output_tokens_per_s": sum(tokens) / wall,
@@ -196,6 +245,13 @@ def print_report(
                 f"{direct['output_tokens_per_s']:.0f}  latency p50 "
                 f"{direct['p50']:.3f} s p95 {direct['p95']:.3f} s  "
                 f"worker/direct pages/s ratio {fig['pages_per_s'] / direct['pages_per_s']:.2f}"
+            )
+    for name, figures in (("worker", fig), ("direct", direct or {})):
+        if t := figures.get("timeline"):
+            print(
+                f"{name} timeline: first request at {t['first_request_s']:.2f} s, end "
+                f"{t['after_last_answer_s']:.2f} s after the last answer, requests in flight "
+                f"{t['mean_in_flight']:.1f} on average"
             )
 
 

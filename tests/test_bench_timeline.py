@@ -1,0 +1,47 @@
+"""The benchmark's timeline: how full a run kept the engine, measured around the engine's `ask`."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from vlm_ocr.bench import Timeline
+
+
+class Engine:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def ask(self, page: int) -> int:
+        self.calls += 1
+        await asyncio.sleep(0.01 * (page + 1))
+        return page
+
+
+def test_the_timeline_records_every_request_and_gives_the_engine_back() -> None:
+    engine = Engine()
+
+    async def run() -> tuple[list[int], dict[str, float]]:
+        timeline = Timeline(engine)
+        try:
+            answers = await asyncio.gather(*(engine.ask(n) for n in range(4)))
+        finally:
+            timeline.close()
+        return answers, timeline.figures(time.perf_counter())
+
+    answers, figures = asyncio.run(run())
+    assert answers == [0, 1, 2, 3] and engine.calls == 4
+    assert engine.ask.__func__ is Engine.ask  # the recorder is gone after close()
+    assert set(figures) == {"first_request_s", "after_last_answer_s", "mean_in_flight"}
+    # Four requests at once, never more: on average between none and four in flight.
+    assert 0 < figures["mean_in_flight"] <= 4
+    assert figures["first_request_s"] >= 0 and figures["after_last_answer_s"] >= 0
+
+
+def test_an_engine_without_a_server_has_no_timeline() -> None:
+    class CpuEngine:
+        pass
+
+    timeline = Timeline(CpuEngine())
+    timeline.close()
+    assert timeline.figures(time.perf_counter()) == {}

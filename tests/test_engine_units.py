@@ -202,3 +202,12 @@ def test_benchmarks_fix_the_answer_length() -> None:
     assert "ignore_eos" not in body and body["repetition_detection"]
     fixed = ChatClient.request_body("m", b"", "p", temperature=0, max_tokens=800, ignore_eos=True)
     assert fixed["ignore_eos"] is True and "repetition_detection" not in fixed
+
+
+def test_the_engine_runs_without_deepgemm_unless_the_deployment_asks(monkeypatch) -> None:
+    from vlm_ocr.engines.vllm_server import VllmServer
+
+    monkeypatch.delenv("VLLM_USE_DEEP_GEMM", raising=False)
+    assert VllmServer(Settings()).child_env()["VLLM_USE_DEEP_GEMM"] == "0"
+    monkeypatch.setenv("VLLM_USE_DEEP_GEMM", "1")
+    assert VllmServer(Settings()).child_env()["VLLM_USE_DEEP_GEMM"] == "1"

@@ -49,3 +49,14 @@ def test_bench_prints_figures(tmp_path: Path) -> None:
     assert "pages/s:" in proc.stdout
     for stage in ("render_s", "engine_s", "store_s"):
         assert stage in proc.stdout
+
+
+def test_bench_passes_are_each_reported_on_pages_new_to_the_engine(tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    proc = cli("bench", "--pages", "2", "--passes", "2", "--out", str(out), tmp=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "pass 1: pages: 2  failed: 0" in proc.stdout
+    assert "pass 2: pages: 2  failed: 0" in proc.stdout
+    # Each pass stored its own pages, read by the engine: none was reused from the first pass.
+    texts = sorted(p.read_text() for p in out.rglob("page-*.md"))
+    assert len(texts) == 4 and len(set(texts)) == 4

@@ -43,6 +43,13 @@ def main(argv: list[str] | None = None) -> int:
         "--pages", type=int, help="pages per job (default 12; with --fanout, per document: 60)"
     )
     bench.add_argument("--jobs", type=int, default=1, help="jobs run at once (default 1)")
+    bench.add_argument(
+        "--passes",
+        type=int,
+        default=1,
+        help="run the jobs N times on the same engine and print each pass (default 1); "
+        "--direct compares with the last",
+    )
     bench.add_argument("--out", type=Path, help="local results folder (default: a temp folder)")
     bench.add_argument("--bucket", action="store_true", help="store in the configured bucket")
     bench.add_argument(

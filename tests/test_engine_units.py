@@ -204,10 +204,16 @@ def test_benchmarks_fix_the_answer_length() -> None:
     assert fixed["ignore_eos"] is True and "repetition_detection" not in fixed
 
 
-def test_the_engine_runs_without_deepgemm_unless_the_deployment_asks(monkeypatch) -> None:
-    from vlm_ocr.engines.vllm_server import VllmServer
+def test_the_engine_facts_name_the_gemm_kernel_of_the_weights() -> None:
+    from vlm_ocr.engines.vllm_server import facts_in
 
-    monkeypatch.delenv("VLLM_USE_DEEP_GEMM", raising=False)
-    assert VllmServer(Settings()).child_env()["VLLM_USE_DEEP_GEMM"] == "0"
-    monkeypatch.setenv("VLLM_USE_DEEP_GEMM", "1")
-    assert VllmServer(Settings()).child_env()["VLLM_USE_DEEP_GEMM"] == "1"
+    # Lines of vLLM 0.26's log on an H200: FP8 weights on DeepGEMM, AWQ weights on Machete.
+    fp8 = (
+        "INFO [__init__.py:604] Selected FlashInferFp8DeepGEMMDynamicBlockScaledKernel"
+        " for Fp8LinearMethod"
+    )
+    awq = "INFO [auto_awq.py:473] Using MacheteLinearKernel for AutoAWQMarlinLinearMethod"
+    assert facts_in(fp8) == {"linear_kernel": "FlashInferFp8DeepGEMMDynamicBlockScaledKernel"}
+    assert facts_in(awq) == {"linear_kernel": "MacheteLinearKernel"}
+    attention = "INFO [cuda.py:482] Using FLASH_ATTN attention backend out of potential backends"
+    assert facts_in(attention) == {"attention_backend": "FLASH_ATTN"}

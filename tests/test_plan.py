@@ -130,3 +130,36 @@ def test_cli_json_and_table(tmp_path: Path) -> None:
     assert data["kv_bytes_per_token"] == 131_072 and data["image_tokens"] == 1120
     table = subprocess.run(run, capture_output=True, text=True).stdout
     assert "pages at once" in table and all(f"{g:>8}" in table for g in ("24", "48", "80", "141"))
+
+
+def test_the_readme_table_is_what_plan_says_for_the_example_configs() -> None:
+    root = Path(__file__).resolve().parent.parent
+    rows = {
+        "Qwen3-VL-32B-Instruct AWQ (default)": "qwen3-vl-32b-instruct-awq.config.json",
+        "Qwen3-VL-8B-Instruct AWQ": "qwen3-vl-8b-instruct-awq.config.json",
+        "Qwen3-VL-32B-Instruct FP8": "qwen3-vl-32b-instruct-fp8.config.json",
+    }
+    table = {
+        cells[0]: cells[1:]
+        for line in (root / "README.md").read_text().splitlines()
+        if (cells := [c.strip() for c in line.strip("|").split("|")])[0] in rows
+    }
+    assert set(table) == set(rows)
+    for name, example in rows.items():
+        cfg = json.loads((root / "examples" / example).read_text())
+        weights, kv_per_token, *pages = table[name]
+        for gpu, cell in zip((24, 48, 80, 141), pages, strict=True):
+            p = plan(
+                cfg,
+                model_dir=None,
+                gpu_memory_gb=gpu,
+                kv_cache_dtype="fp8",
+                page_size=(911, 1288),
+                max_pixels=1_600_000,
+                max_tokens=4096,
+                max_model_len=8192,
+                gpu_memory_utilization=0.9,
+                tensor_parallel_size=1,
+            )
+            assert cell == (f"{p.pages_at_once:,}" if p.pages_at_once else "does not fit"), name
+        assert weights == f"{p.weights_gb:.1f} GB" and kv_per_token == f"{p.kv_bytes_per_token:,}"

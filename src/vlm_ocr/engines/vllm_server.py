@@ -72,7 +72,7 @@ _FACTS = {
 
 
 def facts_in(line: str) -> dict[str, str]:
-    """The facts one line of vLLM's log states (the first statement of each is the one kept)."""
+    """The facts one line of vLLM's log states; the worker keeps the first statement of each."""
     return {name: m.group(1) for name, pattern in _FACTS.items() if (m := pattern.search(line))}
 
 

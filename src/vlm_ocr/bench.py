@@ -248,18 +248,18 @@ def print_report(
             end="",
         )
     print()
-    earlier = fig.get("earlier_passes", [])
-    for n, p in enumerate(earlier, 1):
-        print(
-            f"pass {n}: pages: {p['pages']}  failed: {p['failed']}  wall: {p['wall_s']:.2f} s  "
+
+    def totals(p: dict[str, Any]) -> str:
+        return (
+            f"pages: {p['pages']}  failed: {p['failed']}  wall: {p['wall_s']:.2f} s  "
             f"pages/s: {p['pages_per_s']:.2f}  output tokens/s: {p['output_tokens_per_s']:.0f}"
         )
+
+    earlier = fig.get("earlier_passes", [])
+    for n, p in enumerate(earlier, 1):
+        print(f"pass {n}: {totals(p)}")
         print_timeline(f"pass {n}", p)
-    print(
-        (f"pass {len(earlier) + 1}: " if earlier else "")
-        + f"pages: {fig['pages']}  failed: {fig['failed']}  wall: {fig['wall_s']:.2f} s  "
-        f"pages/s: {fig['pages_per_s']:.2f}  output tokens/s: {fig['output_tokens_per_s']:.0f}"
-    )
+    print((f"pass {len(earlier) + 1}: " if earlier else "") + totals(fig))
     print(
         f"CPU per page: worker process (event loop, HTTP, JSON, store; and the CPU engine) "
         f"{fig['worker_cpu_ms_per_page']:.1f} ms, render processes "

@@ -9,7 +9,7 @@ import pytest
 
 from vlm_ocr.app import choose_engine_kind
 from vlm_ocr.engines.chat_client import ChatClient, strip_think
-from vlm_ocr.engines.vllm_server import server_argv
+from vlm_ocr.engines.vllm_server import launch_argvs, server_argv
 from vlm_ocr.engines.vlm import ExternalServer, VlmEngine
 from vlm_ocr.prompts import PRESETS, Prompt, resolve
 from vlm_ocr.settings import EngineKind, Settings
@@ -77,6 +77,26 @@ def test_argv_options() -> None:
     assert argv[argv.index("--port") + 1] == "9000"
     assert json.loads(argv[argv.index("--mm-processor-kwargs") + 1]) == {"max_pixels": 2_000_000}
     assert "--enforce-eager" in argv and argv[-4:] == ["--seed", "7", "--foo", "a b"]
+
+
+def test_a_split_start_is_one_server_and_one_headless_engine_on_the_same_flags() -> None:
+    settings = Settings(vllm_split_start=True)
+    argvs = launch_argvs(settings, 8000, "fp8", rpc_port=8100)
+    dp = [
+        "--data-parallel-size",
+        "1",
+        "--data-parallel-address",
+        "127.0.0.1",
+        "--data-parallel-rpc-port",
+        "8100",
+    ]
+    base = server_argv(settings, 8000, "fp8")
+    assert argvs == {
+        "server": [*base, *dp, "--data-parallel-size-local", "0"],
+        "engine": [*base, *dp, "--data-parallel-size-local", "1", "--headless"],
+    }
+    single = Settings(vllm_split_start=False)
+    assert launch_argvs(single, 8000, "fp8", rpc_port=8100) == {"server": base}
 
 
 @pytest.mark.parametrize(

@@ -140,12 +140,20 @@ def child_pids(pid: int) -> list[int]:
     return out
 
 
-def engine_pid(worker_pid: int) -> int:
+def descendants(pid: int) -> list[int]:
+    children = child_pids(pid)
+    return children + [d for c in children for d in descendants(c)]
+
+
+def engine_pids(worker_pid: int) -> dict[str, int]:
+    """The worker's vLLM children by role: the API server, and the headless engine launcher."""
+    pids = {}
     for pid in child_pids(worker_pid):
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         if b"vllm.entrypoints" in cmdline:
-            return pid
-    raise AssertionError("the worker has no engine child")
+            pids["engine" if b"--headless" in cmdline else "server"] = pid
+    assert set(pids) == {"server", "engine"}, f"the worker's vLLM children: {pids}"
+    return pids
 
 
 def test_killing_the_server_mid_job_fails_fast_and_exits(tiny_model: Path, tmp_path: Path) -> None:
@@ -173,7 +181,7 @@ def test_killing_the_server_mid_job_fails_fast_and_exits(tiny_model: Path, tmp_p
     threading.Thread(target=watch_log, daemon=True).start()
     try:
         wait_for_http(url + "/docs", proc, timeout_s=600)
-        engine = engine_pid(proc.pid)
+        engine = engine_pids(proc.pid)["engine"]  # where an out-of-memory kill lands
         pdf = samples.pdf_from_pages(samples.numbered_pages(40, lines=1))
         job = {"input": {"pdf": {"base64": b64(pdf)}, "output_prefix": "crash"}}
 
@@ -188,7 +196,7 @@ def test_killing_the_server_mid_job_fails_fast_and_exits(tiny_model: Path, tmp_p
         # The job ends with its error (RunPod marks it failed; the SDK's local server lists the
         # streamed pages, then the error).
         error = body.get("error") or body["output"][-1]["error"]
-        assert "the vLLM server exited while serving with code -9" in error
+        assert "the vLLM engine exited while serving with code -9" in error
         assert "this worker will be replaced" in error
         # The SDK's local API server drops the output of a failed job; the manifest has it.
         manifest = json.loads((tmp_path / "out/crash/manifest.json").read_text())
@@ -221,25 +229,29 @@ def test_no_engine_outlives_its_worker(
     proc = serve_api(env, api_port, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_for_http(f"http://127.0.0.1:{api_port}/docs", proc, timeout_s=600)
-        engine = engine_pid(proc.pid)
+        # the two children and what they started: the engine core, its helpers
+        engines = [p for pid in engine_pids(proc.pid).values() for p in (pid, *descendants(pid))]
+        assert len(engines) > 2
         proc.send_signal(sig)
         proc.wait(timeout=60)
         for _ in range(300):  # the engine gets SIGTERM from the kernel or the worker
-            if not Path(f"/proc/{engine}").exists() or b"Z" in _state(engine):
+            if not any(_alive(pid) for pid in engines):
                 break
             threading.Event().wait(0.1)
-        assert not Path(f"/proc/{engine}").exists() or b"Z" in _state(engine)
+        assert not any(_alive(pid) for pid in engines)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
 
 
-def _state(pid: int) -> bytes:
+def _alive(pid: int) -> bool:
+    """Running, not a zombie (a zombie has exited; its parent has not waited for it yet)."""
     try:
-        return Path(f"/proc/{pid}/stat").read_bytes().split(b")")[-1].split()[0]
+        state = Path(f"/proc/{pid}/stat").read_bytes().split(b")")[-1].split()[0]
     except OSError:
-        return b"Z"
+        return False
+    return state != b"Z"
 
 
 def test_a_json_schema_is_answered_by_guided_decoding(loop, vllm) -> None:

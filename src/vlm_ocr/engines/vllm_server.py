@@ -1,12 +1,19 @@
-"""Run `vllm serve` (the OpenAI-compatible server) as a child process on loopback.
+"""Run `vllm serve` (the OpenAI-compatible server) as child processes on loopback.
 
 `python -m vllm.entrypoints.cli.main serve` is what the `vllm` command runs, with the interpreter
 of the engine's own environment.
 
 The worker never imports vLLM: the server runs with the interpreter `VLLM_PYTHON` names (its own
-environment), its flags are built from settings by `server_argv`, and its log is read line by line
-for the facts a user needs to tell one worker's engine from another's. A watcher notices when the
-process exits or stops answering, so the pages in flight fail at once instead of hanging.
+environment), its flags are built from settings by `server_argv` and `launch_argvs`, and its log
+is read line by line for the facts a user needs to tell one worker's engine from another's. A
+watcher notices when a process exits or the server stops answering, so the pages in flight fail
+at once instead of hanging.
+
+By default (`VLLM_SPLIT_START`) vLLM runs as two children started at the same moment: the API
+server, told it has no local engine, and a headless launcher whose engine core connects to it
+over loopback. A single `vllm serve` imports vLLM, then spawns an engine core that imports it a
+second time; split, the two imports overlap and the launcher forks its engine core, which
+imports nothing.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import signal
 import socket
 import subprocess
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -167,6 +175,23 @@ def server_argv(settings: Settings, port: int, kv_cache_dtype: str = "fp8") -> l
     return argv
 
 
+def launch_argvs(
+    settings: Settings, port: int, kv_cache_dtype: str = "fp8", rpc_port: int = 0
+) -> dict[str, list[str]]:
+    """The command line of each process vLLM runs as, by role: one `server`; or, split, a
+    `server` with no local engine and an `engine` launcher that handshakes with it on
+    `rpc_port` (vLLM's data-parallel mode with one engine)."""
+    argv = server_argv(settings, port, kv_cache_dtype)
+    if not settings.vllm_split_start:
+        return {"server": argv}
+    dp = ["--data-parallel-size", "1", "--data-parallel-address", "127.0.0.1"]
+    dp += ["--data-parallel-rpc-port", str(rpc_port)]
+    return {
+        "server": [*argv, *dp, "--data-parallel-size-local", "0"],
+        "engine": [*argv, *dp, "--data-parallel-size-local", "1", "--headless"],
+    }
+
+
 def gpu_name() -> str:
     """The GPU(s) as nvidia-smi names them, or 'none'."""
     lines = nvidia_smi("name", "memory.total")
@@ -188,8 +213,22 @@ def port_taken(port: int) -> bool:
     return False
 
 
+@dataclass
+class Child:
+    """One process vLLM runs as, and the task that reads its log."""
+
+    role: str  # "server" (answers HTTP) or "engine" (the headless launcher of a split start)
+    argv: list[str]
+    proc: asyncio.subprocess.Process | None = None
+    reader: asyncio.Task[None] | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.returncode is None
+
+
 class VllmServer:
-    """The engine server as a child of this worker: it dies with the worker, and the worker
+    """The engine server as children of this worker: they die with the worker, and the worker
     never talks to a server it did not start."""
 
     name = "vllm"
@@ -200,13 +239,22 @@ class VllmServer:
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.capability = compute_capability()
         self.kv_cache_dtype = resolve_kv_cache_dtype(settings, self.capability)
-        self.argv = server_argv(settings, self.port, self.kv_cache_dtype)
-        self.proc: asyncio.subprocess.Process | None = None
+        argvs = launch_argvs(settings, self.port, self.kv_cache_dtype, free_port())
+        self.children = [Child(role, argv) for role, argv in argvs.items()]
+        self.argv = argvs["server"]
         self.facts: dict[str, Any] = {}
         self.tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
         self.downloaded: dict[str, Any] | None = None
         self.failure: str | None = None
-        self._tasks: list[asyncio.Task[None]] = []
+        self._watcher: asyncio.Task[None] | None = None
+
+    @property
+    def proc(self) -> asyncio.subprocess.Process | None:
+        """The process that answers HTTP."""
+        return self.children[0].proc
+
+    def _exited(self) -> Child | None:
+        return next((c for c in self.children if c.proc and c.proc.returncode is not None), None)
 
     async def start(self) -> dict[str, Any]:
         """Spawn the server and wait until /health answers; returns facts about the start."""
@@ -223,28 +271,15 @@ class VllmServer:
                 "free port",
                 fatal=True,
             )
-        log.info("starting engine: %s", shlex.join(self.argv))
-        python, *rest = self.argv
-        self.proc = await asyncio.create_subprocess_exec(
-            python,
-            "-c",
-            _LAUNCH,
-            str(os.getpid()),
-            *rest,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            env=self.child_env(),
-            start_new_session=True,  # so stop() can end its whole process group
-        )
-        self._tasks.append(asyncio.create_task(self._read_log()))
+        for child in self.children:
+            await self._spawn(child)
         deadline = t0 + self.settings.vllm_startup_timeout_s
         async with httpx.AsyncClient(timeout=5) as client:
             while True:
-                if self.proc.returncode is not None:
-                    with contextlib.suppress(TimeoutError):  # read the log to its end first
-                        await asyncio.wait_for(asyncio.shield(self._tasks[0]), 5)
-                    raise EngineError(self._exit_reason("while starting"), fatal=True)
+                if exited := self._exited():
+                    await self._read_to_end()
+                    await self.stop()
+                    raise EngineError(self._exit_reason("while starting", exited), fatal=True)
                 with contextlib.suppress(httpx.HTTPError):
                     if (await client.get(self.base_url + "/health")).status_code == 200:
                         break
@@ -260,15 +295,43 @@ class VllmServer:
             with contextlib.suppress(httpx.HTTPError, ValueError):
                 version = (await client.get(self.base_url + "/version")).json()
                 self.facts["vllm_version"] = version.get("version")
-        if self.proc.returncode is not None:  # healthy, but not ours: it exited meanwhile
-            raise EngineError(self._exit_reason("while starting"), fatal=True)
-        self._tasks.append(asyncio.create_task(self._watch()))
+        if exited := self._exited():  # healthy, but not ours: it exited meanwhile
+            await self.stop()
+            raise EngineError(self._exit_reason("while starting", exited), fatal=True)
+        self._watcher = asyncio.create_task(self._watch())
         self.facts["spawn_to_healthy_s"] = round(time.perf_counter() - t0, 2)
         self.facts["kv_cache_dtype"] = self.kv_cache_dtype
         self.facts["compute_capability"] = self.capability
         self.facts["argv"] = self.argv[1:]
-        self.facts["pid"] = self.proc.pid
+        self.facts["split_start"] = len(self.children) > 1
+        self.facts["pid"] = self.children[0].proc.pid
         return dict(self.facts)
+
+    async def _spawn(self, child: Child) -> None:
+        log.info("starting engine %s: %s", child.role, shlex.join(child.argv))
+        python, *rest = child.argv
+        env = self.child_env()
+        if child.role == "engine":  # fork the engine core: it has vLLM imported already
+            env.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "fork")
+        child.proc = await asyncio.create_subprocess_exec(
+            python,
+            "-c",
+            _LAUNCH,
+            str(os.getpid()),
+            *rest,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            env=env,
+            start_new_session=True,  # so stop() can end its whole process group
+        )
+        child.reader = asyncio.create_task(self._read_log(child.proc))
+
+    async def _read_to_end(self) -> None:
+        """Let the log readers take what the children wrote before they exited."""
+        readers = [asyncio.shield(c.reader) for c in self.children if c.reader]
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.gather(*readers, return_exceptions=True), 5)
 
     def child_env(self) -> dict[str, str]:
         """The server's environment: ours, the hub settings, and a compile cache on the network
@@ -287,9 +350,9 @@ class VllmServer:
                 env.setdefault(name, str(NETWORK_VOLUME / "vllm-cache" / where))
         return env
 
-    async def _read_log(self) -> None:
-        assert self.proc is not None and self.proc.stdout is not None
-        async for raw in self.proc.stdout:
+    async def _read_log(self, proc: asyncio.subprocess.Process) -> None:
+        assert proc.stdout is not None
+        async for raw in proc.stdout:
             line = raw.decode(errors="replace").rstrip()
             self.tail.append(line)
             for name, value in facts_in(line).items():
@@ -299,15 +362,21 @@ class VllmServer:
             else:
                 log.debug("engine: %s", line)
 
+    async def _any_exit(self, timeout: float) -> Child | None:
+        """The first child to exit within `timeout` seconds, or None."""
+        waits = [asyncio.ensure_future(c.proc.wait()) for c in self.children if c.proc]
+        try:
+            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+        return self._exited()
+
     async def _watch(self) -> None:
         """Notice an exit at once, and a server that stops answering within a few checks."""
-        assert self.proc is not None
         misses = 0
         async with httpx.AsyncClient(timeout=HEALTH_INTERVAL_S) as client:
-            while self.proc.returncode is None:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(self.proc.wait()), HEALTH_INTERVAL_S)
-                    break
+            while not (exited := await self._any_exit(HEALTH_INTERVAL_S)):
                 try:
                     ok = (await client.get(self.base_url + "/health")).status_code == 200
                 except httpx.HTTPError:
@@ -322,11 +391,14 @@ class VllmServer:
                     await self.stop()
                     return
         if self.failure is None:
-            self.failure = self._exit_reason("while serving")
+            await self._read_to_end()
+            self.failure = self._exit_reason("while serving", exited)
             log.error("%s\n%s", self.failure, self.log_tail())
+            await self.stop()  # the other process of a split start is no use alone
 
-    def _exit_reason(self, when: str) -> str:
-        code = self.proc.returncode if self.proc else None
+    def _exit_reason(self, when: str, child: Child | None = None) -> str:
+        child = child or self.children[0]
+        code = child.proc.returncode if child.proc else None
         hint = ""
         if code in (-signal.SIGKILL, 137):
             hint = " (killed: out of memory is the usual cause)"
@@ -338,18 +410,15 @@ class VllmServer:
             ),
             "",
         )
-        return f"the vLLM server exited {when} with code {code}{hint}" + (
+        return f"the vLLM {child.role} exited {when} with code {code}{hint}" + (
             f": {cause[:400]}" if cause else ""
         )
 
     async def gone_after_error(self) -> bool:
-        """After a failed request: did the server process go away (give it a moment to exit)?"""
+        """After a failed request: did the server go away (give it a moment to exit)?"""
         if self.failure:
             return True
-        assert self.proc is not None
-        try:
-            await asyncio.wait_for(asyncio.shield(self.proc.wait()), 3)
-        except TimeoutError:
+        if not await self._any_exit(3):
             return False
         await asyncio.sleep(0.1)  # let the watcher record why
         return True
@@ -358,34 +427,41 @@ class VllmServer:
         return "\n".join(list(self.tail)[-lines:])
 
     def terminate(self, grace_s: float = 10.0) -> None:
-        """End the server's process group now, from anywhere (a signal handler included)."""
-        proc = self.proc
-        if proc is None or proc.returncode is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
+        """End the children's process groups now, from anywhere (a signal handler included)."""
+        groups = [c.proc.pid for c in self.children if c.running]
+        for pid in groups:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGTERM)
         deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline:
-            try:
-                os.killpg(proc.pid, 0)
-            except ProcessLookupError:
-                return
+        while groups and time.monotonic() < deadline:
+            groups = [pid for pid in groups if _group_alive(pid)]
             time.sleep(0.1)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        for pid in groups:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            if task is not asyncio.current_task():
-                task.cancel()
-        proc = self.proc
-        if proc is None or proc.returncode is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            await asyncio.wait_for(proc.wait(), 20)
-        except TimeoutError:
+        if self._watcher is not None and self._watcher is not asyncio.current_task():
+            self._watcher.cancel()
+        running = [c.proc for c in self.children if c.running]
+        for proc in running:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            await proc.wait()
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in running:
+            try:
+                await asyncio.wait_for(proc.wait(), 20)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                await proc.wait()
+        for child in self.children:
+            if child.reader is not None and child.reader is not asyncio.current_task():
+                child.reader.cancel()
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True

@@ -195,6 +195,24 @@ def test_the_cause_of_a_failed_start_is_one_line_of_the_engine_log() -> None:
     )
 
 
+def test_a_pydantic_error_is_told_by_its_detail_line() -> None:
+    from vlm_ocr.engines.vllm_server import cause_in
+
+    log = [  # vLLM 0.32 refusing MAX_MODEL_LEN above the model's context, as it prints it
+        "Traceback (most recent call last):",
+        "pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig",
+        "  Value error, User-specified max_model_len (8192) is greater than the derived "
+        "max_model_len (max_position_embeddings=4096.0 or model_max_length=None in model's "
+        "config.json). [type=value_error, input_value=ArgsKwargs((), {}), input_type=ArgsKwargs]",
+    ]
+    assert cause_in(log) == (
+        "1 validation error for ModelConfig: User-specified max_model_len (8192) is greater than "
+        "the derived max_model_len (max_position_embeddings=4096.0 or model_max_length=None in "
+        "model's config.json)."
+    )
+    assert cause_in(["INFO all is well"]) == ""
+
+
 def test_kv_cache_dtype_follows_the_gpu_unless_set() -> None:
     from vlm_ocr.engines.vllm_server import resolve_kv_cache_dtype
 

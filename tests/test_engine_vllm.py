@@ -254,6 +254,24 @@ def _alive(pid: int) -> bool:
     return state != b"Z"
 
 
+@pytest.mark.parametrize("split", [True, False], ids=["split", "single"])
+def test_a_failed_start_says_why_and_leaves_no_process(loop, tiny_model: Path, split) -> None:
+    # The tiny model's context is 4,096 tokens: vLLM refuses 8,192 while reading its config,
+    # and the error carries vLLM's own line; no process of the start is left over.
+    from vlm_ocr.engines.vllm_server import VllmServer
+    from vlm_ocr.errors import EngineError
+
+    env = engine_env(tiny_model, 0)
+    settings = settings_from(env, max_model_len=8192, vllm_split_start=split)
+    server = VllmServer(settings)
+    with pytest.raises(EngineError) as failed:
+        loop.run(server.start())
+    message = str(failed.value)
+    assert message.startswith("the vLLM ") and " exited while starting with code 1: " in message
+    assert "max_model_len" in message and "8192" in message, message
+    assert [c.proc.returncode is not None for c in server.children] == [True] * (1 + split)
+
+
 def test_a_json_schema_is_answered_by_guided_decoding(loop, vllm) -> None:
     # Random weights write anything; guided decoding lets them write only JSON of the schema,
     # and the worker validates it before storing page-0001.json.

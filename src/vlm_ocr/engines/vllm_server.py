@@ -56,6 +56,8 @@ _LAUNCH = (
 # Errors that only say another error happened: the cause is the one before them.
 _WRAPPER = re.compile(r"EngineDeadError|See stack trace|RuntimeError: Engine core initialization")
 _CAUSE = re.compile(r"((?:[A-Z]\w*(?:Error|Exception))|RuntimeError|ValueError): (.+)")
+# pydantic states the reason on the line after its header: "  Value error, max_model_len ...".
+_DETAIL = re.compile(r"^\s+(?:Value error, )?(.+?)(?: \[type=.*)?$")
 LOG_TAIL_LINES = 60
 # Compiled kernels kept on the network volume, so the next cold start reuses them: vLLM's
 # torch.compile artifacts, Triton's kernels, FlashInfer's JIT and DeepGEMM's JIT.
@@ -82,6 +84,19 @@ _FACTS = {
 def facts_in(line: str) -> dict[str, str]:
     """The facts one line of vLLM's log states; the worker keeps the first statement of each."""
     return {name: m.group(1) for name, pattern in _FACTS.items() if (m := pattern.search(line))}
+
+
+def cause_in(lines: list[str]) -> str:
+    """The last error a log states that is not a wrapper of another; "" when none does."""
+    for i in range(len(lines) - 1, -1, -1):
+        m = _CAUSE.search(lines[i])
+        if not m or _WRAPPER.search(lines[i]):
+            continue
+        detail = _DETAIL.match(lines[i + 1]) if i + 1 < len(lines) else None
+        if m.group(1) == "ValidationError" and detail:
+            return f"{m.group(2)}: {detail.group(1)}"
+        return m.group(0)
+    return ""
 
 
 def cuda_graph_sizes(settings: Settings) -> list[int]:
@@ -277,7 +292,7 @@ class VllmServer:
         async with httpx.AsyncClient(timeout=5) as client:
             while True:
                 if exited := self._exited():
-                    await self._read_to_end()
+                    await self._read_to_end(exited)
                     await self.stop()
                     raise EngineError(self._exit_reason("while starting", exited), fatal=True)
                 with contextlib.suppress(httpx.HTTPError):
@@ -327,11 +342,12 @@ class VllmServer:
         )
         child.reader = asyncio.create_task(self._read_log(child.proc))
 
-    async def _read_to_end(self) -> None:
-        """Let the log readers take what the children wrote before they exited."""
-        readers = [asyncio.shield(c.reader) for c in self.children if c.reader]
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.gather(*readers, return_exceptions=True), 5)
+    @staticmethod
+    async def _read_to_end(child: Child) -> None:
+        """Let the log reader take what an exited child wrote last (its reason to exit)."""
+        if child.reader is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(child.reader), 5)
 
     def child_env(self) -> dict[str, str]:
         """The server's environment: ours, the hub settings, and a compile cache on the network
@@ -391,7 +407,7 @@ class VllmServer:
                     await self.stop()
                     return
         if self.failure is None:
-            await self._read_to_end()
+            await self._read_to_end(exited)
             self.failure = self._exit_reason("while serving", exited)
             log.error("%s\n%s", self.failure, self.log_tail())
             await self.stop()  # the other process of a split start is no use alone
@@ -402,14 +418,7 @@ class VllmServer:
         hint = ""
         if code in (-signal.SIGKILL, 137):
             hint = " (killed: out of memory is the usual cause)"
-        cause = next(
-            (
-                m.group(0)
-                for line in reversed(self.tail)
-                if (m := _CAUSE.search(line)) and not _WRAPPER.search(line)
-            ),
-            "",
-        )
+        cause = cause_in(list(self.tail))
         return f"the vLLM {child.role} exited {when} with code {code}{hint}" + (
             f": {cause[:400]}" if cause else ""
         )
@@ -455,7 +464,7 @@ class VllmServer:
                     os.killpg(proc.pid, signal.SIGKILL)
                 await proc.wait()
         for child in self.children:
-            if child.reader is not None and child.reader is not asyncio.current_task():
+            if child.reader is not None:
                 child.reader.cancel()
 
 

@@ -218,7 +218,7 @@ def test_killing_the_server_mid_job_fails_fast_and_exits(tiny_model: Path, tmp_p
             proc.wait()
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
 def test_no_engine_outlives_its_worker(
     sig: signal.Signals, tiny_model: Path, tmp_path: Path
 ) -> None:

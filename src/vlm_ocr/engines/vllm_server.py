@@ -237,10 +237,6 @@ class Child:
     proc: asyncio.subprocess.Process | None = None
     reader: asyncio.Task[None] | None = None
 
-    @property
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.returncode is None
-
 
 class VllmServer:
     """The engine server as children of this worker: they die with the worker, and the worker
@@ -436,41 +432,33 @@ class VllmServer:
         return "\n".join(list(self.tail)[-lines:])
 
     def terminate(self, grace_s: float = 10.0) -> None:
-        """End the children's process groups now, from anywhere (a signal handler included)."""
-        groups = [c.proc.pid for c in self.children if c.running]
-        for pid in groups:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGTERM)
+        """End the children's process groups now (the engine core with its launcher), from
+        anywhere, a signal handler included: SIGTERM, then SIGKILL to what is left after
+        `grace_s`. A group outlives its leader when the leader alone was killed."""
+        groups = [c.proc.pid for c in self.children if c.proc]
+        _signal_groups(groups, signal.SIGTERM)
         deadline = time.monotonic() + grace_s
         while groups and time.monotonic() < deadline:
-            groups = [pid for pid in groups if _group_alive(pid)]
+            groups = [pgid for pgid in groups if _signal_groups([pgid], 0)]
             time.sleep(0.1)
-        for pid in groups:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGKILL)
+        _signal_groups(groups, signal.SIGKILL)
 
     async def stop(self) -> None:
         if self._watcher is not None and self._watcher is not asyncio.current_task():
             self._watcher.cancel()
-        running = [c.proc for c in self.children if c.running]
-        for proc in running:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in running:
-            try:
-                await asyncio.wait_for(proc.wait(), 20)
-            except TimeoutError:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                await proc.wait()
+        await asyncio.to_thread(self.terminate, 20.0)
         for child in self.children:
+            if child.proc is not None:
+                await child.proc.wait()
             if child.reader is not None:
                 child.reader.cancel()
 
 
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+def _signal_groups(pgids: list[int], sig: int) -> bool:
+    """Send `sig` to each process group; whether any of them still had a process."""
+    found = False
+    for pgid in pgids:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, sig)
+            found = True
+    return found

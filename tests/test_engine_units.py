@@ -195,6 +195,25 @@ def test_the_cause_of_a_failed_start_is_one_line_of_the_engine_log() -> None:
     )
 
 
+def test_an_engine_that_ends_quietly_or_is_killed_gets_the_likely_reason() -> None:
+    from types import SimpleNamespace
+
+    from vlm_ocr.engines.vllm_server import Child, VllmServer
+
+    server = VllmServer(Settings())
+    server.tail.append("INFO [core_client.py] MPClient: engine core exited unexpectedly")
+    quiet = Child("engine", [], proc=SimpleNamespace(returncode=0))
+    killed = Child("server", [], proc=SimpleNamespace(returncode=-9))
+    assert server._exit_reason("while serving", quiet) == (
+        "the vLLM engine exited while serving with code 0: its engine core process died "
+        "without an error in the log (killed: out of memory is the usual cause)"
+    )
+    assert server._exit_reason("while serving", killed) == (
+        "the vLLM server exited while serving with code -9 (killed: out of memory is the usual "
+        "cause)"
+    )
+
+
 def test_a_pydantic_error_is_told_by_its_detail_line() -> None:
     from vlm_ocr.engines.vllm_server import cause_in
 

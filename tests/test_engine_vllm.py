@@ -156,7 +156,9 @@ def engine_pids(worker_pid: int) -> dict[str, int]:
     return pids
 
 
-def test_killing_the_server_mid_job_fails_fast_and_exits(tiny_model: Path, tmp_path: Path) -> None:
+def test_killing_the_engine_core_mid_job_fails_fast_and_exits(
+    tiny_model: Path, tmp_path: Path
+) -> None:
     api_port = free_port()
     env = worker_environ() | engine_env(
         tiny_model,
@@ -181,13 +183,15 @@ def test_killing_the_server_mid_job_fails_fast_and_exits(tiny_model: Path, tmp_p
     threading.Thread(target=watch_log, daemon=True).start()
     try:
         wait_for_http(url + "/docs", proc, timeout_s=600)
-        engine = engine_pids(proc.pid)["engine"]  # where an out-of-memory kill lands
+        # The engine core, where an out-of-memory kill lands: the launcher's forked child.
+        launcher = engine_pids(proc.pid)["engine"]
+        (core,) = [p for p in child_pids(launcher) if _comm(p).startswith("VLLM::EngineCor")]
         pdf = samples.pdf_from_pages(samples.numbered_pages(40, lines=1))
         job = {"input": {"pdf": {"base64": b64(pdf)}, "output_prefix": "crash"}}
 
         def kill_after_first_page() -> None:
             if first_page.wait(600):
-                os.killpg(engine, signal.SIGKILL)
+                os.kill(core, signal.SIGKILL)
 
         killer = threading.Thread(target=kill_after_first_page, daemon=True)
         killer.start()
@@ -196,7 +200,8 @@ def test_killing_the_server_mid_job_fails_fast_and_exits(tiny_model: Path, tmp_p
         # The job ends with its error (RunPod marks it failed; the SDK's local server lists the
         # streamed pages, then the error).
         error = body.get("error") or body["output"][-1]["error"]
-        assert "the vLLM engine exited while serving with code -9" in error
+        assert "the vLLM engine exited while serving with code 0: its engine core process " in error
+        assert "died without an error in the log (killed: out of memory" in error
         assert "this worker will be replaced" in error
         # The SDK's local API server drops the output of a failed job; the manifest has it.
         manifest = json.loads((tmp_path / "out/crash/manifest.json").read_text())
@@ -243,6 +248,10 @@ def test_no_engine_outlives_its_worker(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def _comm(pid: int) -> str:
+    return Path(f"/proc/{pid}/comm").read_text().strip()
 
 
 def _alive(pid: int) -> bool:

@@ -415,6 +415,13 @@ class VllmServer:
         if code in (-signal.SIGKILL, 137):
             hint = " (killed: out of memory is the usual cause)"
         cause = cause_in(list(self.tail))
+        if code == 0 and not cause:
+            # vLLM's own processes end quietly when their engine core vanished; a core that
+            # raised would have left its error in the log.
+            cause = (
+                "its engine core process died without an error in the log "
+                "(killed: out of memory is the usual cause)"
+            )
         return f"the vLLM {child.role} exited {when} with code {code}{hint}" + (
             f": {cause[:400]}" if cause else ""
         )

@@ -56,6 +56,7 @@ def test_cold_start_records_engine_facts(vllm) -> None:
     assert int(facts["kv_cache_tokens"].replace(",", "")) > 0
     assert float(facts["max_concurrency"]) > 1
     assert facts["kv_cache_dtype"] == "auto" and facts["gpu"] == "none"
+    assert facts["split_start"] is True  # the default: an API server and a headless engine
     assert "gdn_prefill_kernel" in facts
     argv = facts["argv"]
     assert argv[argv.index("--gdn-prefill-backend") + 1] == "triton"

@@ -252,7 +252,6 @@ class VllmServer:
         self.kv_cache_dtype = resolve_kv_cache_dtype(settings, self.capability)
         argvs = launch_argvs(settings, self.port, self.kv_cache_dtype, free_port())
         self.children = [Child(role, argv) for role, argv in argvs.items()]
-        self.argv = argvs["server"]
         self.facts: dict[str, Any] = {}
         self.tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
         self.downloaded: dict[str, Any] | None = None
@@ -313,9 +312,9 @@ class VllmServer:
         self.facts["spawn_to_healthy_s"] = round(time.perf_counter() - t0, 2)
         self.facts["kv_cache_dtype"] = self.kv_cache_dtype
         self.facts["compute_capability"] = self.capability
-        self.facts["argv"] = self.argv[1:]
+        self.facts["argv"] = self.children[0].argv[1:]
         self.facts["split_start"] = len(self.children) > 1
-        self.facts["pid"] = self.children[0].proc.pid
+        self.facts["pid"] = self.proc.pid
         return dict(self.facts)
 
     async def _spawn(self, child: Child) -> None:

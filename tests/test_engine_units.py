@@ -9,7 +9,7 @@ import pytest
 
 from vlm_ocr.app import choose_engine_kind
 from vlm_ocr.engines.chat_client import ChatClient, strip_think
-from vlm_ocr.engines.vllm_server import launch_argvs, server_argv
+from vlm_ocr.engines.vllm_server import default_max_num_seqs, launch_argvs, server_argv
 from vlm_ocr.engines.vlm import ExternalServer, VlmEngine
 from vlm_ocr.prompts import PRESETS, Prompt, resolve
 from vlm_ocr.settings import EngineKind, Settings
@@ -58,7 +58,9 @@ def test_production_argv_for_default_model(monkeypatch: pytest.MonkeyPatch) -> N
     for name in Settings.model_fields:
         monkeypatch.delenv(name.upper(), raising=False)
     settings = Settings()
-    # VLLM_PORT=0 picks a free port; on a Hopper GPU the KV-cache dtype resolves to fp8
+    # VLLM_PORT=0 picks a free port; on an 80 GB Hopper GPU the KV-cache dtype resolves to fp8
+    # and MAX_NUM_SEQS to 192 (make_engine)
+    settings = settings.model_copy(update={"max_num_seqs": default_max_num_seqs(79.6)})
     assert server_argv(settings, 8000, "fp8") == PRODUCTION_ARGV
 
 
@@ -252,6 +254,34 @@ def test_cuda_graph_sizes() -> None:
     assert cuda_graph_sizes(Settings(cuda_graph_sizes="8, 1,64")) == [1, 8, 64]
     argv = server_argv(Settings(enforce_eager=True), 1)
     assert "--enforce-eager" in argv and "--compilation-config" not in argv
+
+
+def test_max_num_seqs_follows_the_gpu_memory_unless_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    import vlm_ocr.app as app
+    from vlm_ocr.engines import vllm_server
+    from vlm_ocr.engines.vllm_server import gpu_memory_gib
+
+    gpus = {"memory.total": ["143771 MiB", "143771 MiB"]}  # two H200s, as nvidia-smi says it
+    monkeypatch.setattr(vllm_server, "nvidia_smi", lambda *fields: gpus.get(",".join(fields)))
+    assert gpu_memory_gib(1) == pytest.approx(140.4, abs=0.1)
+    assert gpu_memory_gib(2) == pytest.approx(280.8, abs=0.1)
+    seqs = [default_max_num_seqs(gib) for gib in (140.4, 79.6, 44.99, 23.6, None)]
+    assert seqs == [256, 192, 64, 32, 192]  # H200, H100, L40S, RTX 4090, no GPU to read
+
+    def flag(engine: object) -> str:
+        argv = engine.server.children[0].argv  # type: ignore[attr-defined]
+        return argv[argv.index("--max-num-seqs") + 1]
+
+    # Resolved once in make_engine: the server's flag and the worker's concurrency agree.
+    gpus["memory.total"] = ["46068 MiB"]  # an L40S
+    engine = app.make_engine(Settings(engine="vllm"))
+    assert engine.default_concurrency == 64 and flag(engine) == "64"
+    engine = app.make_engine(Settings(engine="vllm", max_num_seqs=100))
+    assert engine.default_concurrency == 100 and flag(engine) == "100"
+    external = app.make_engine(Settings(engine="openai", openai_base_url="http://127.0.0.1:1"))
+    assert external.default_concurrency == 192
+    gpus.clear()
+    assert gpu_memory_gib(1) is None
 
 
 def test_benchmarks_fix_the_answer_length() -> None:

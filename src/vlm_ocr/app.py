@@ -56,9 +56,15 @@ def make_engine(
         from .engines.rapidocr import RapidOcrEngine
 
         return RapidOcrEngine(detection_order=detection_order)
-    from .engines.vllm_server import VllmServer
+    from .engines.vllm_server import VllmServer, default_max_num_seqs, gpu_memory_gib
     from .engines.vlm import ExternalServer, VlmEngine
 
+    if not settings.max_num_seqs:  # resolved once, for the server's flags and the worker alike
+        memory = gpu_memory_gib(settings.tensor_parallel_size) if kind is EngineKind.VLLM else None
+        seqs = default_max_num_seqs(memory)
+        where = f"{memory:.0f} GiB of GPU memory" if memory else "no GPU to read"
+        log.info("MAX_NUM_SEQS=%d (unset: the default for %s)", seqs, where)
+        settings = settings.model_copy(update={"max_num_seqs": seqs})
     server = VllmServer(settings) if kind is EngineKind.VLLM else ExternalServer(settings)
     return VlmEngine(settings, server, fixed_output_tokens=fixed_output_tokens)
 

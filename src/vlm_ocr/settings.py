@@ -179,7 +179,13 @@ class Settings(BaseSettings):
         "ones such as A100 and A40, which have no fp8 KV cache; the choice is in the engine facts.",
     )
     max_model_len: int = Field(8192, description="`--max-model-len` (prompt + output tokens).")
-    max_num_seqs: int = Field(192, description="`--max-num-seqs`: sequences the engine batches.")
+    max_num_seqs: int = Field(
+        0,
+        ge=0,
+        description="`--max-num-seqs`: sequences the engine batches; 0 = by the memory of the "
+        "engine's GPUs: 256 from 120 GiB (H200, B200), 192 from 70 GiB (A100, H100), 64 from 40 "
+        "GiB (L40S, A6000), else 32; 192 for `openai`.",
+    )
     max_num_batched_tokens: int = Field(16384, description="`--max-num-batched-tokens`.")
     gpu_memory_utilization: float = Field(
         0.90, gt=0, le=1, description="`--gpu-memory-utilization`."

@@ -137,6 +137,31 @@ def compute_capability() -> float | None:
         return None
 
 
+def gpu_memory_gib(gpus: int) -> float | None:
+    """The memory of the first `gpus` GPUs together, GiB; None without a GPU to read."""
+    lines = nvidia_smi("memory.total")
+    try:
+        mib = [int(line.split()[0]) for line in lines or []][:gpus]
+    except (ValueError, IndexError):
+        return None
+    return sum(mib) / 1024 if mib else None
+
+
+# `MAX_NUM_SEQS=0`: sequences by the memory the engine has (GiB, all its GPUs). On an H200, 256
+# ran 11 % more pages/s than 192, and 320 fewer (attention over the longer batch cost more than
+# the larger GEMMs gained); below that, about what the KV cache beside the 32B AWQ weights holds
+# for pages that end well before `MAX_TOKENS` (README, "Choose a GPU").
+MAX_NUM_SEQS_BY_MEMORY = ((120.0, 256), (70.0, 192), (40.0, 64), (0.0, 32))
+# No GPU here to read: the server runs elsewhere (`openai`) or on a CPU build of vLLM.
+MAX_NUM_SEQS_UNKNOWN_GPU = 192
+
+
+def default_max_num_seqs(memory_gib: float | None) -> int:
+    if memory_gib is None:
+        return MAX_NUM_SEQS_UNKNOWN_GPU
+    return next(seqs for floor, seqs in MAX_NUM_SEQS_BY_MEMORY if memory_gib >= floor)
+
+
 def resolve_kv_cache_dtype(settings: Settings, capability: float | None) -> str:
     """The user's value when set; else fp8 where the GPU has an fp8 KV cache (8.9+)."""
     if settings.kv_cache_dtype:

@@ -274,11 +274,13 @@ def test_max_num_seqs_follows_the_gpu_memory_unless_set(monkeypatch: pytest.Monk
 
     # Resolved once in make_engine: the server's flag and the worker's concurrency agree.
     gpus["memory.total"] = ["46068 MiB"]  # an L40S
-    engine = app.make_engine(Settings(engine="vllm"))
+    engine = app.make_engine(Settings(engine="vllm", max_num_seqs=0))
     assert engine.default_concurrency == 64 and flag(engine) == "64"
     engine = app.make_engine(Settings(engine="vllm", max_num_seqs=100))
     assert engine.default_concurrency == 100 and flag(engine) == "100"
-    external = app.make_engine(Settings(engine="openai", openai_base_url="http://127.0.0.1:1"))
+    external = app.make_engine(
+        Settings(engine="openai", openai_base_url="http://127.0.0.1:1", max_num_seqs=0)
+    )
     assert external.default_concurrency == 192
     gpus.clear()
     assert gpu_memory_gib(1) is None

@@ -435,17 +435,13 @@ class VllmServer:
     def _exit_reason(self, when: str, child: Child | None = None) -> str:
         child = child or self.children[0]
         code = child.proc.returncode if child.proc else None
-        hint = ""
-        if code in (-signal.SIGKILL, 137):
-            hint = " (killed: out of memory is the usual cause)"
+        killed = "killed: out of memory is the usual cause"
+        hint = f" ({killed})" if code in (-signal.SIGKILL, 137) else ""
         cause = cause_in(list(self.tail))
         if code == 0 and not cause:
             # vLLM's own processes end quietly when their engine core vanished; a core that
             # raised would have left its error in the log.
-            cause = (
-                "its engine core process died without an error in the log "
-                "(killed: out of memory is the usual cause)"
-            )
+            cause = f"its engine core process died without an error in the log ({killed})"
         return f"the vLLM {child.role} exited {when} with code {code}{hint}" + (
             f": {cause[:400]}" if cause else ""
         )

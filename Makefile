@@ -39,9 +39,13 @@ $(ENGINE_VENV)/.vllm-name: $(ENGINE_VENV)/.installed
 demo: $(VENV)/.demo
 	RUNPOD_LOG_LEVEL=ERROR $(BIN)/python handler.py --test_input "$$(cat test_input.json)"
 
+# Style, the layering of the package (import-linter), declared dependencies (deptry), the images
+# and the workflows.
 lint: $(VENV)/.test
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
+	$(BIN)/deptry src
 	$(BIN)/hadolint Dockerfile .runpod/Dockerfile
 	$(BIN)/actionlint
 

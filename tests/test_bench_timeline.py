@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from vlm_ocr.bench import Timeline
+from vlm_ocr.tools.bench import Timeline
 
 
 class Engine:

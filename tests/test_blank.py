@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from vlm_ocr.render import PageImage
+from vlm_ocr.images import PageImage
 
-from .conftest import b64, page_image, png_bytes
-from .support import scans
+from .support import b64, page_image, png_bytes, scans, stored_text
 
 TEXT = ["Clause nine applies to every blank page question."]
 
@@ -45,9 +44,9 @@ def test_blank_pages_are_stored_empty_without_the_engine(run, settings) -> None:
     blank = scans.noisy(scans.bled_through(scans.white(), page_image(TEXT))).convert("RGB")
     images = [{"base64": b64(png_bytes(img))} for img in (blank, page_image(TEXT), blank)]
     result = run({"images": images, "output_prefix": "blanks", "return_text": True})
-    assert [p["status"] for p in result["pages"]] == ["blank", "ok", "blank"]
-    assert result["status"] == "ok" and result["totals"]["blank"] == 2
-    first = result["pages"][0]
-    assert first["text"] == "" and "engine_s" not in first["timings"] and first["attempts"] == 0
-    assert (settings.output_dir / first["key"]).read_text() == ""
-    assert "Clause nine" in result["pages"][1]["text"]
+    assert [p.status for p in result.pages] == ["blank", "ok", "blank"]
+    assert result.status == "ok" and result.totals.blank == 2
+    first = result.pages[0]
+    assert first.text == "" and "engine_s" not in first.timings and first.attempts == 0
+    assert stored_text(settings, first.key) == ""
+    assert "Clause nine" in (result.pages[1].text or "")

@@ -2,22 +2,21 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 from vlm_ocr import samples
-from vlm_ocr.textsim import similarity
+from vlm_ocr.pipeline.textsim import similarity
+from vlm_ocr.testing.local_endpoint import worker_environ
 
-ROOT = Path(__file__).resolve().parents[1]
+from .support import TEST_PIXELS
 
 
 def cli(*args: str, tmp: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("BUCKET_")}
-    env["MAX_PIXELS"] = "700000"
+    env = worker_environ(MAX_PIXELS=str(TEST_PIXELS))
     return subprocess.run(
-        [sys.executable, "-m", "vlm_ocr.cli", *args],
+        [sys.executable, "-m", "vlm_ocr", *args],
         cwd=tmp,
         env=env,
         capture_output=True,

@@ -1,18 +1,44 @@
-"""Engine pieces that need no server: argv, think stripping, prompts, fingerprints, selection."""
+"""Engine pieces that need no server: argv, GPU facts, think stripping, prompts, fingerprints,
+selection, the log."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from vlm_ocr.app import choose_engine_kind
 from vlm_ocr.engines.chat_client import ChatClient, strip_think
-from vlm_ocr.engines.vllm_server import default_max_num_seqs, launch_argvs, server_argv
+from vlm_ocr.engines.factory import choose_engine_kind, make_engine
+from vlm_ocr.engines.families.qwen import QwenVl
+from vlm_ocr.engines.gpu import GpuFacts
+from vlm_ocr.engines.model_files import ModelFiles
+from vlm_ocr.engines.vllm.argv import (
+    ServeSpec,
+    cuda_graph_sizes,
+    default_max_num_seqs,
+    kv_cache_dtype,
+    launch_argvs,
+    server_argv,
+)
+from vlm_ocr.engines.vllm.logs import address_in_use, cause_in, exit_reason, facts_in
+from vlm_ocr.engines.vllm.server import Child, VllmServer
 from vlm_ocr.engines.vlm import ExternalServer, VlmEngine
+from vlm_ocr.errors import EngineError
 from vlm_ocr.prompts import PRESETS, Prompt, resolve
 from vlm_ocr.settings import EngineKind, Settings
+
+# nvidia-smi --query-gpu=name,memory.total,compute_cap --format=csv,noheader, as it prints it
+TWO_H200 = "NVIDIA H200, 143771 MiB, 9.0\nNVIDIA H200, 143771 MiB, 9.0\n"
+H100 = GpuFacts.parse("NVIDIA H100 80GB HBM3, 81559 MiB, 9.0")
+L40S = GpuFacts.parse("NVIDIA L40S, 46068 MiB, 8.9")
+A100 = GpuFacts.parse("NVIDIA A100-SXM4-80GB, 81920 MiB, 8.0")
+NO_GPU = GpuFacts()
+
+
+def spec(gpu: GpuFacts = H100, **values: object) -> ServeSpec:
+    return ServeSpec.resolve(Settings(**values), gpu)
+
 
 # What the image runs for the default model on one 80 GB GPU (README "Engine" shows it).
 PRODUCTION_ARGV = [
@@ -54,36 +80,52 @@ PRODUCTION_ARGV = [
 ]
 
 
-def test_production_argv_for_default_model(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in Settings.model_fields:
-        monkeypatch.delenv(name.upper(), raising=False)
-    settings = Settings()
-    # VLLM_PORT=0 picks a free port; on an 80 GB Hopper GPU the KV-cache dtype resolves to fp8
-    # and MAX_NUM_SEQS to 192 (make_engine)
-    settings = settings.model_copy(update={"max_num_seqs": default_max_num_seqs(79.6)})
-    assert server_argv(settings, 8000, "fp8") == PRODUCTION_ARGV
+def test_production_argv_for_default_model() -> None:
+    # The settings' defaults on an 80 GB Hopper GPU: the KV-cache dtype resolves to fp8 and
+    # MAX_NUM_SEQS to 192; the port is the one the start picked.
+    assert server_argv(spec(H100), 8000) == PRODUCTION_ARGV
+
+
+@pytest.mark.parametrize(
+    ("gpu", "values", "flags"),
+    [
+        # (the GPU, settings, the flags they decide)
+        (H100, {}, {"--kv-cache-dtype": "fp8", "--max-num-seqs": "192"}),
+        (GpuFacts.parse(TWO_H200), {}, {"--kv-cache-dtype": "fp8", "--max-num-seqs": "256"}),
+        (L40S, {}, {"--kv-cache-dtype": "fp8", "--max-num-seqs": "64"}),
+        (A100, {}, {"--kv-cache-dtype": "auto", "--max-num-seqs": "192"}),
+        (NO_GPU, {}, {"--kv-cache-dtype": "auto", "--max-num-seqs": "192"}),
+        (A100, {"kv_cache_dtype": "fp8_e5m2"}, {"--kv-cache-dtype": "fp8_e5m2"}),
+        (L40S, {"max_num_seqs": 100}, {"--max-num-seqs": "100"}),
+        (H100, {"max_pixels": 2_000_000}, {"--mm-processor-kwargs": '{"max_pixels": 2000000}'}),
+        (H100, {"tensor_parallel_size": 2}, {"--tensor-parallel-size": "2"}),
+        (H100, {"model_revision": "abc123"}, {"--revision": "abc123"}),
+        (H100, {"gdn_prefill_backend": "flashinfer"}, {"--gdn-prefill-backend": "flashinfer"}),
+        (H100, {"served_model_name": "x"}, {"--served-model-name": "x"}),
+    ],
+)
+def test_argv_by_gpu_and_settings(gpu: GpuFacts, values: dict, flags: dict[str, str]) -> None:
+    argv = server_argv(spec(gpu, **values), 9000)
+    assert {flag: argv[argv.index(flag) + 1] for flag in flags} == flags
 
 
 def test_argv_options() -> None:
-    s = Settings(
-        model_revision="abc123",
+    s = spec(
+        NO_GPU,
         enforce_eager=True,
         vllm_extra_args="--seed 7 --foo 'a b'",
         vllm_python="/opt/venv/bin/python",
-        max_pixels=2_000_000,
-        tensor_parallel_size=2,
     )
     argv = server_argv(s, 9000)
-    assert argv[0] == "/opt/venv/bin/python"
-    assert argv[argv.index("--revision") + 1] == "abc123"
+    assert argv[0] == "/opt/venv/bin/python" and "--revision" not in argv
     assert argv[argv.index("--port") + 1] == "9000"
-    assert json.loads(argv[argv.index("--mm-processor-kwargs") + 1]) == {"max_pixels": 2_000_000}
-    assert "--enforce-eager" in argv and argv[-4:] == ["--seed", "7", "--foo", "a b"]
+    assert "--enforce-eager" in argv and "--compilation-config" not in argv
+    assert argv[-4:] == ["--seed", "7", "--foo", "a b"]
 
 
 def test_a_split_start_is_one_server_and_one_headless_engine_on_the_same_flags() -> None:
-    settings = Settings(vllm_split_start=True)
-    argvs = launch_argvs(settings, 8000, "fp8", rpc_port=8100)
+    split = spec(H100, vllm_split_start=True)
+    argvs = launch_argvs(split, 8000, rpc_port=8100)
     dp = [
         "--data-parallel-size",
         "1",
@@ -92,13 +134,13 @@ def test_a_split_start_is_one_server_and_one_headless_engine_on_the_same_flags()
         "--data-parallel-rpc-port",
         "8100",
     ]
-    base = server_argv(settings, 8000, "fp8")
+    base = server_argv(split, 8000)
     assert argvs == {
         "server": [*base, *dp, "--data-parallel-size-local", "0"],
         "engine": [*base, *dp, "--data-parallel-size-local", "1", "--headless"],
     }
-    single = Settings(vllm_split_start=False)
-    assert launch_argvs(single, 8000, "fp8", rpc_port=8100) == {"server": base}
+    single = spec(H100, vllm_split_start=False)
+    assert launch_argvs(single, 8000, rpc_port=8100) == {"server": base}
 
 
 @pytest.mark.parametrize(
@@ -116,17 +158,24 @@ def test_strip_think(raw: str, clean: str) -> None:
 
 
 def test_request_body_pins_thinking_off_and_loop_detection() -> None:
-    body = ChatClient.request_body("ocr", b"\x89PNG", "Transcribe.", temperature=0.0, max_tokens=99)
+    content = QwenVl().content(ChatClient.image_url(b"\x89PNG"), Prompt("p", "1", "Transcribe."))
+    body = ChatClient.request_body("ocr", content, temperature=0.0, max_tokens=99)
     assert body["chat_template_kwargs"] == {"enable_thinking": False}
     assert body["repetition_detection"]["min_count"] >= 2
-    assert body["max_tokens"] == 99 and body["temperature"] == 0.0
+    assert body["max_tokens"] == 99 and body["temperature"] == 0.0 and "top_p" not in body
     image, text = body["messages"][0]["content"]
     assert image["image_url"]["url"].startswith("data:image/png;base64,")
     assert text == {"type": "text", "text": "Transcribe."}
+    assert (
+        ChatClient.request_body("ocr", content, temperature=0.2, max_tokens=9, top_p=0.9)["top_p"]
+        == 0.9
+    )
 
 
 def test_presets_and_their_rules() -> None:
-    assert set(PRESETS) == {"legal-zh-tw", "markdown", "plain"}
+    assert set(PRESETS) == {"legal-zh-tw", "markdown", "plain", "qwenvl-html"}
+    assert PRESETS["qwenvl-html"].text == "qwenvl html"  # Qwen's own document-parsing prompt
+    assert PRESETS["qwenvl-html"].answer == "qwenvl-html"
     legal = PRESETS["legal-zh-tw"].text
     for rule in ("背面", "【模糊】", "第十條", "「得」與「應」", "表格", "流程圖", "註腳"):
         assert rule in legal
@@ -136,76 +185,137 @@ def test_presets_and_their_rules() -> None:
     assert custom.version != Prompt.custom("Read the invoice.").version
 
 
+def external_engine(**values: object) -> VlmEngine:
+    settings = Settings(**values)
+    return VlmEngine(
+        settings.vlm,
+        settings.model,
+        ExternalServer("http://127.0.0.1:1"),
+        family=QwenVl(),
+        concurrency=8,
+    )
+
+
 def test_fingerprint_changes_with_prompt_model_and_sampling() -> None:
-    s = Settings(openai_base_url="http://127.0.0.1:1")
-    e = VlmEngine(s, ExternalServer(s))
+    e = external_engine()
     fp = e.fingerprint(PRESETS["markdown"])
     assert fp["prompt"] == "markdown" and fp["prompt_version"] == "1"
     assert fp["sampling"]["temperatures"] == [0.0, 0.1, 0.1, 0.2]
     assert fp != e.fingerprint(PRESETS["plain"])
-    other = VlmEngine(s.model_copy(update={"served_model_name": "other"}), ExternalServer(s))
+    other = external_engine(served_model_name="other")
     assert other.fingerprint(PRESETS["markdown"]) != fp
-    fewer = VlmEngine(s.model_copy(update={"max_tokens": 1000}), ExternalServer(s))
+    fewer = external_engine(max_tokens=1000)
     assert fewer.fingerprint(PRESETS["markdown"]) != fp
+    assert fp["family"] == "qwen-vl" and fp["sampling"]["max_tokens"] == 4096  # the family's
+    assert external_engine(max_attempts=2).fingerprint(PRESETS["markdown"]) != fp
 
 
-def test_auto_engine_choice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import vlm_ocr.app as app
-
-    monkeypatch.setattr(app, "has_cuda_gpu", lambda: False)
-    kind, why = choose_engine_kind(Settings(model_name=str(tmp_path)))
+def test_auto_engine_choice(tmp_path: Path) -> None:
+    kind, why = choose_engine_kind(Settings(model_name=str(tmp_path)), NO_GPU)
     assert kind is EngineKind.RAPIDOCR and "no CUDA GPU" in why
-    monkeypatch.setattr(app, "has_cuda_gpu", lambda: True)
-    kind, why = choose_engine_kind(Settings(model_name=str(tmp_path)))
+    kind, why = choose_engine_kind(Settings(model_name=str(tmp_path)), H100)
     assert kind is EngineKind.VLLM and "present" in why
-    kind, why = choose_engine_kind(Settings(model_name="org/not-here"))
+    kind, why = choose_engine_kind(Settings(model_name="org/not-here"), H100)
     assert kind is EngineKind.RAPIDOCR and "model org/not-here not found" in why
-    assert choose_engine_kind(Settings(engine="openai"))[0] is EngineKind.OPENAI
+    assert choose_engine_kind(Settings(engine="openai"), NO_GPU)[0] is EngineKind.OPENAI
+    # a hub id is present when the hub cache has it
+    cache = tmp_path / "hub"
+    (cache / "models--org--here").mkdir(parents=True)
+    here = Settings(model_name="org/here", hf_hub_cache=str(cache))
+    assert ModelFiles(here.model).present() and choose_engine_kind(here, H100)[0] is EngineKind.VLLM
 
 
 def test_a_taken_port_is_refused(loop) -> None:
     import socket
 
-    from vlm_ocr.engines.vllm_server import VllmServer
-    from vlm_ocr.errors import EngineError
-
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        server = VllmServer(Settings(vllm_port=taken.getsockname()[1], vllm_python="false"))
+        server = VllmServer(
+            spec(NO_GPU, vllm_port=taken.getsockname()[1], vllm_python="false"),
+            ModelFiles(Settings().model),
+        )
         with pytest.raises(EngineError, match="already taken by another process"):
             loop.run(server.start())
     assert server.proc is None  # nothing was spawned
 
 
-def test_the_cause_of_a_failed_start_is_one_line_of_the_engine_log() -> None:
-    from vlm_ocr.engines.vllm_server import VllmServer
+def test_nothing_runs_and_no_port_is_taken_before_start(monkeypatch) -> None:
+    def no_probe() -> GpuFacts:
+        raise AssertionError("the GPU was probed again")
 
-    server = VllmServer(Settings())
-    server.tail.extend(
-        [
-            "INFO 11-30 engine.py:12] starting",
-            "Traceback (most recent call last):",
-            '  File "/usr/lib/python3/site-packages/vllm/config.py", line 1, in check',
-            "ValueError: max_model_len (8192) is greater than the derived max_model_len (4096)",
-            "RuntimeError: Engine core initialization failed. See root cause above.",
-        ]
+    monkeypatch.setattr(GpuFacts, "probe", staticmethod(no_probe))
+    picked: list[int] = []
+    server = VllmServer(spec(NO_GPU), ModelFiles(Settings().model), pick_port=lambda: picked[9])
+    assert server.children == [] and server.base_url == ""
+    engine = make_engine(Settings(engine="vllm"), gpu=H100)  # the facts given: no probe
+    assert engine.default_concurrency == 192
+
+
+FAKE_VLLM = """
+import sys, http.server, pathlib
+port = int(sys.argv[sys.argv.index("--port") + 1])
+taken = pathlib.Path(sys.argv[-1])
+if str(port) in taken.read_text().split():
+    print(f"ERROR: [Errno 98] error while attempting to bind on address ('127.0.0.1', {port}): "
+          "address already in use", flush=True)
+    sys.exit(1)
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(b"{}")
+    def log_message(self, *a): pass
+http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+"""
+
+
+def test_a_port_taken_before_the_server_bound_it_is_tried_again(loop, tmp_path: Path) -> None:
+    # The first port picked as free is taken by the time the server binds it (another process
+    # won the race): the server says "address already in use", and the start picks new ports.
+    import sys
+
+    from vlm_ocr.loopback import free_port
+
+    script = tmp_path / "fake_vllm.py"
+    script.write_text(FAKE_VLLM)
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nshift 2\nexec {sys.executable} {script} "$@"\n')
+    python.chmod(0o755)
+    taken = tmp_path / "taken"
+    ports = [free_port() for _ in range(4)]
+    taken.write_text(str(ports[0]))
+    served = spec(
+        NO_GPU, vllm_python=str(python), vllm_split_start=False, vllm_extra_args=str(taken)
     )
-    reason = server._exit_reason("while starting")
-    assert reason.endswith(
-        ": ValueError: max_model_len (8192) is greater than the derived max_model_len (4096)"
+    server = VllmServer(served, ModelFiles(Settings().model), pick_port=iter(ports).__next__)
+    try:
+        facts = loop.run(server.start())
+    finally:
+        loop.run(server.stop())
+    assert server.base_url == f"http://127.0.0.1:{ports[2]}" and facts["spawn_to_healthy_s"] > 0
+
+
+def test_the_cause_of_a_failed_start_is_one_line_of_the_engine_log() -> None:
+    lines = [
+        "INFO 11-30 engine.py:12] starting",
+        "Traceback (most recent call last):",
+        '  File "/usr/lib/python3/site-packages/vllm/config.py", line 1, in check',
+        "ValueError: max_model_len (8192) is greater than the derived max_model_len (4096)",
+        "RuntimeError: Engine core initialization failed. See root cause above.",
+    ]
+    reason = exit_reason("server", "while starting", 1, lines)
+    assert reason == (
+        "the vLLM server exited while starting with code 1: ValueError: max_model_len (8192) is "
+        "greater than the derived max_model_len (4096)"
     )
+    assert not address_in_use(lines)
+    assert address_in_use(["[Errno 98] error while attempting to bind: address already in use"])
 
 
 def test_an_engine_that_ends_quietly_or_is_killed_gets_the_likely_reason() -> None:
-    from types import SimpleNamespace
-
-    from vlm_ocr.engines.vllm_server import Child, VllmServer
-
-    server = VllmServer(Settings())
+    server = VllmServer(spec(NO_GPU), ModelFiles(Settings().model))
     server.tail.append("INFO [core_client.py] MPClient: engine core exited unexpectedly")
-    quiet = Child("engine", [], proc=SimpleNamespace(returncode=0))
-    killed = Child("server", [], proc=SimpleNamespace(returncode=-9))
+    quiet = Child("engine", [], proc=SimpleNamespace(returncode=0))  # type: ignore[arg-type]
+    killed = Child("server", [], proc=SimpleNamespace(returncode=-9))  # type: ignore[arg-type]
     assert server._exit_reason("while serving", quiet) == (
         "the vLLM engine exited while serving with code 0: its engine core process died "
         "without an error in the log (killed: out of memory is the usual cause)"
@@ -217,8 +327,6 @@ def test_an_engine_that_ends_quietly_or_is_killed_gets_the_likely_reason() -> No
 
 
 def test_a_pydantic_error_is_told_by_its_detail_line() -> None:
-    from vlm_ocr.engines.vllm_server import cause_in
-
     log = [  # vLLM 0.32 refusing MAX_MODEL_LEN above the model's context, as it prints it
         "Traceback (most recent call last):",
         "pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig",
@@ -235,67 +343,62 @@ def test_a_pydantic_error_is_told_by_its_detail_line() -> None:
 
 
 def test_kv_cache_dtype_follows_the_gpu_unless_set() -> None:
-    from vlm_ocr.engines.vllm_server import resolve_kv_cache_dtype
-
-    unset = Settings()
-    assert resolve_kv_cache_dtype(unset, 9.0) == "fp8"  # H100, H200
-    assert resolve_kv_cache_dtype(unset, 8.9) == "fp8"  # L40S, RTX 4090
-    assert resolve_kv_cache_dtype(unset, 8.6) == "auto"  # A40, A6000
-    assert resolve_kv_cache_dtype(unset, 8.0) == "auto"  # A100
-    assert resolve_kv_cache_dtype(unset, None) == "auto"  # no GPU (the CPU build)
-    assert resolve_kv_cache_dtype(Settings(kv_cache_dtype="fp8_e5m2"), 8.0) == "fp8_e5m2"
+    unset = Settings().vllm
+    assert kv_cache_dtype(unset, 9.0) == "fp8"  # H100, H200
+    assert kv_cache_dtype(unset, 8.9) == "fp8"  # L40S, RTX 4090
+    assert kv_cache_dtype(unset, 8.6) == "auto"  # A40, A6000
+    assert kv_cache_dtype(unset, 8.0) == "auto"  # A100
+    assert kv_cache_dtype(unset, None) == "auto"  # no GPU (the CPU build)
+    assert kv_cache_dtype(Settings(kv_cache_dtype="fp8_e5m2").vllm, 8.0) == "fp8_e5m2"
 
 
 def test_cuda_graph_sizes() -> None:
-    from vlm_ocr.engines.vllm_server import cuda_graph_sizes
-
-    assert cuda_graph_sizes(Settings(max_num_seqs=48)) == [1, 2, 4, 8, 16, 32, 48]
-    assert cuda_graph_sizes(Settings(max_num_seqs=256))[-3:] == [192, 224, 256]
-    assert cuda_graph_sizes(Settings(cuda_graph_sizes="8, 1,64")) == [1, 8, 64]
-    argv = server_argv(Settings(enforce_eager=True), 1)
-    assert "--enforce-eager" in argv and "--compilation-config" not in argv
+    vllm = Settings().vllm
+    assert cuda_graph_sizes(vllm, 48) == [1, 2, 4, 8, 16, 32, 48]
+    assert cuda_graph_sizes(vllm, 256)[-3:] == [192, 224, 256]
+    assert cuda_graph_sizes(Settings(cuda_graph_sizes="8, 1,64").vllm, 256) == [1, 8, 64]
 
 
-def test_max_num_seqs_follows_the_gpu_memory_unless_set(monkeypatch: pytest.MonkeyPatch) -> None:
-    import vlm_ocr.app as app
-    from vlm_ocr.engines import vllm_server
-    from vlm_ocr.engines.vllm_server import gpu_memory_gib
-
-    gpus = {"memory.total": ["143771 MiB", "143771 MiB"]}  # two H200s, as nvidia-smi says it
-    monkeypatch.setattr(vllm_server, "nvidia_smi", lambda *fields: gpus.get(",".join(fields)))
-    assert gpu_memory_gib(1) == pytest.approx(140.4, abs=0.1)
-    assert gpu_memory_gib(2) == pytest.approx(280.8, abs=0.1)
+def test_gpu_facts_are_read_from_nvidia_smi_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    two = GpuFacts.parse(TWO_H200)
+    assert two.memory_gib(1) == pytest.approx(140.4, abs=0.1)
+    assert two.memory_gib(2) == pytest.approx(280.8, abs=0.1)
+    assert two.capability == 9.0 and two.describe().startswith("NVIDIA H200, 143771 MiB; ")
+    assert NO_GPU.memory_gib(1) is None and NO_GPU.describe() == "none" and not NO_GPU.present
+    assert GpuFacts.parse("garbage\n").gpus == ()
     seqs = [default_max_num_seqs(gib) for gib in (140.4, 79.6, 44.99, 23.6, None)]
     assert seqs == [256, 192, 64, 32, 192]  # H200, H100, L40S, RTX 4090, no GPU to read
+    calls: list[int] = []
+
+    def probe() -> GpuFacts:
+        calls.append(1)
+        return L40S
+
+    monkeypatch.setattr(GpuFacts, "probe", staticmethod(probe))
 
     def flag(engine: object) -> str:
-        argv = engine.server.children[0].argv  # type: ignore[attr-defined]
+        argv = server_argv(engine.server.spec, 0)  # type: ignore[attr-defined]
         return argv[argv.index("--max-num-seqs") + 1]
 
     # Resolved once in make_engine: the server's flag and the worker's concurrency agree.
-    gpus["memory.total"] = ["46068 MiB"]  # an L40S
-    engine = app.make_engine(Settings(engine="vllm", max_num_seqs=0))
-    assert engine.default_concurrency == 64 and flag(engine) == "64"
-    engine = app.make_engine(Settings(engine="vllm", max_num_seqs=100))
+    engine = make_engine(Settings(engine="vllm", max_num_seqs=0))
+    assert engine.default_concurrency == 64 and flag(engine) == "64" and calls == [1]
+    engine = make_engine(Settings(engine="vllm", max_num_seqs=100))
     assert engine.default_concurrency == 100 and flag(engine) == "100"
-    external = app.make_engine(
+    external = make_engine(
         Settings(engine="openai", openai_base_url="http://127.0.0.1:1", max_num_seqs=0)
     )
     assert external.default_concurrency == 192
-    gpus.clear()
-    assert gpu_memory_gib(1) is None
 
 
 def test_benchmarks_fix_the_answer_length() -> None:
-    body = ChatClient.request_body("m", b"", "p", temperature=0, max_tokens=5)
+    body = ChatClient.request_body("m", [], temperature=0, max_tokens=5)
     assert "ignore_eos" not in body and body["repetition_detection"]
-    fixed = ChatClient.request_body("m", b"", "p", temperature=0, max_tokens=800, ignore_eos=True)
+    fixed = ChatClient.request_body("m", [], temperature=0, max_tokens=800, ignore_eos=True)
     assert fixed["ignore_eos"] is True and "repetition_detection" not in fixed
 
 
 def test_the_engine_facts_name_the_gemm_kernel_of_the_weights() -> None:
-    from vlm_ocr.engines.vllm_server import facts_in
-
     # Lines of vLLM 0.26's log on an H200: FP8 weights on DeepGEMM, AWQ weights on Machete.
     fp8 = (
         "INFO [__init__.py:604] Selected FlashInferFp8DeepGEMMDynamicBlockScaledKernel"

@@ -14,20 +14,23 @@ import httpx
 import pytest
 
 from vlm_ocr import samples
-from vlm_ocr.app import start_worker
-from vlm_ocr.local_endpoint import worker_environ
-from vlm_ocr.plan import image_tokens
+from vlm_ocr.engines.base import EngineOptions
+from vlm_ocr.engines.factory import make_engine
+from vlm_ocr.pipeline.assemble import build_worker, start_worker
 from vlm_ocr.settings import EngineKind, Settings
+from vlm_ocr.testing.local_endpoint import worker_environ
+from vlm_ocr.tools.plan import image_tokens
 
-from .conftest import b64, free_port, page_image, png_bytes, serve_api, wait_for_http
-from .engine_support import SERVER_PIXELS, engine_env, make_tiny_model
+from .support import b64, page_image, png_bytes, start_api
+from .support.engine import (
+    SERVER_ENV,
+    SERVER_PIXELS,
+    engine_env,
+    make_tiny_model,
+    settings_from,
+)
 
 pytestmark = pytest.mark.engine
-
-
-def settings_from(env: dict[str, str], **extra: object) -> Settings:
-    fields = {k.lower(): v for k, v in env.items() if k.lower() in Settings.model_fields}
-    return Settings(**(fields | extra))
 
 
 @pytest.fixture(scope="module")
@@ -38,13 +41,13 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def vllm(loop, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory):
     """One engine server for the module, started by the worker as in production."""
-    env = engine_env(tiny_model, free_port())
-    for key in ("VLLM_CPU_KVCACHE_SPACE", "HF_HUB_OFFLINE"):  # the server inherits these
-        os.environ.setdefault(key, env[key])
-    settings = settings_from(env, output_dir=tmp_path_factory.mktemp("out"))
-    worker = loop.run(start_worker(settings))
-    yield worker, settings
-    loop.run(worker.close())
+    settings = settings_from(engine_env(tiny_model), output_dir=tmp_path_factory.mktemp("out"))
+    with pytest.MonkeyPatch.context() as env:
+        for key, value in SERVER_ENV.items():  # what the server reads from its environment
+            env.setenv(key, value)
+        worker = loop.run(start_worker(settings))
+        yield worker, settings
+        loop.run(worker.close())
 
 
 def test_cold_start_records_engine_facts(vllm) -> None:
@@ -56,6 +59,7 @@ def test_cold_start_records_engine_facts(vllm) -> None:
     assert int(facts["kv_cache_tokens"].replace(",", "")) > 0
     assert float(facts["max_concurrency"]) > 1
     assert facts["kv_cache_dtype"] == "auto" and facts["gpu"] == "none"
+    assert facts["compute_capability"] is None
     assert facts["split_start"] is True  # the default: an API server and a headless engine
     assert "gdn_prefill_kernel" in facts
     argv = facts["argv"]
@@ -72,25 +76,26 @@ def test_multi_page_job_records_tokens_finish_reasons_and_ladder(loop, vllm) -> 
             {"pdf": {"base64": b64(pdf)}, "output_prefix": "vllm/one", "prompt": "legal-zh-tw"},
         )
     )
-    assert len(result["pages"]) == 3
-    assert result["engine"]["name"] == "vllm" and result["engine"]["kv_cache_tokens"]
-    assert result["fingerprint"]["prompt"] == "legal-zh-tw" and result["fingerprint"]["model"]
-    for page in result["pages"]:
-        assert page["prompt_tokens"] > 100 and page["output_tokens"] > 0
+    out = settings.job.output_dir
+    assert len(result.pages) == 3
+    assert result.engine["name"] == "vllm" and result.engine["kv_cache_tokens"]
+    assert result.fingerprint["prompt"] == "legal-zh-tw" and result.fingerprint["model"]
+    for page in result.pages:
+        assert (page.prompt_tokens or 0) > 100 and (page.output_tokens or 0) > 0
         # Random weights run on greedily to the token cap, so every page climbs the retry ladder;
         # at a raised temperature a page may stop on its own (then it is stored as good).
-        assert page["attempts"] >= 2
-        if page["finish_reason"] == "stop":
-            assert page["status"] == "ok" and (settings.output_dir / page["key"]).is_file()
+        assert page.attempts >= 2
+        if page.finish_reason == "stop":
+            assert page.status == "ok" and (out / str(page.key)).is_file()
         else:
-            assert page["finish_reason"] in {"repetition", "length"}
-            assert page["attempts"] == settings.max_attempts
-            assert page["status"] == "failed" and "on all 3 attempts" in page["error"]
-            assert not (settings.output_dir / f"vllm/one/page-{page['page']:04d}.md").exists()
-            if page.get("partial_key"):
-                assert page["partial_key"] == f"vllm/one/failed/page-{page['page']:04d}.partial.md"
-    manifest = json.loads((settings.output_dir / "vllm/one/manifest.json").read_text())
-    assert [p["attempts"] for p in manifest["pages"]] == [p["attempts"] for p in result["pages"]]
+            assert page.finish_reason in {"repetition", "length"}
+            assert page.attempts == settings.vlm.max_attempts
+            assert page.status == "failed" and "on all 3 attempts" in (page.error or "")
+            assert not (out / f"vllm/one/page-{page.page:04d}.md").exists()
+            if page.partial_key:
+                assert page.partial_key == f"vllm/one/failed/page-{page.page:04d}.partial.md"
+    manifest = json.loads((out / "vllm/one/manifest.json").read_text())
+    assert [p["attempts"] for p in manifest["pages"]] == [p.attempts for p in result.pages]
     assert manifest["engine"]["version"] == "0.32.0"
 
 
@@ -103,11 +108,11 @@ def test_prompt_tokens_follow_the_pixel_budget(loop, vllm) -> None:
     seen = []
     for budget in (200_000, 800_000, 2_500_000):
         result = loop.run(worker.run(f"px{budget}", {"images": [image], "max_pixels": budget}))
-        page = result["pages"][0]
-        w, h = page["width"], page["height"]
+        page = result.pages[0]
+        w, h = page.width or 0, page.height or 0
         assert w * h <= min(budget, SERVER_PIXELS)
-        seen.append((page["prompt_tokens"], image_tokens(w, h, max_pixels=SERVER_PIXELS)))
-    assert "above this worker's MAX_PIXELS" in result["notes"][0]
+        seen.append((page.prompt_tokens or 0, image_tokens(w, h, max_pixels=SERVER_PIXELS)))
+    assert "above this worker's MAX_PIXELS" in result.notes[0]
     (p0, i0), (p1, i1), (p2, i2) = seen
     assert i0 < i1 < i2
     # 32×32 pixels per token, as the processor counts
@@ -116,8 +121,9 @@ def test_prompt_tokens_follow_the_pixel_budget(loop, vllm) -> None:
 
 def second_client(worker, settings: Settings, out: Path) -> Settings:
     """Settings of another worker that uses the module's server as ENGINE=openai."""
-    update = {"engine": EngineKind.OPENAI, "openai_base_url": worker.engine.base_url}
-    return settings.model_copy(update=update | {"output_dir": out})
+    return settings.with_(
+        engine=EngineKind.OPENAI, openai_base_url=worker.engine.base_url, output_dir=out
+    )
 
 
 def test_openai_engine_uses_the_same_client(loop, vllm, tmp_path: Path) -> None:
@@ -129,8 +135,8 @@ def test_openai_engine_uses_the_same_client(loop, vllm, tmp_path: Path) -> None:
         )
     finally:
         loop.run(remote.close())
-    assert result["engine"]["name"] == "openai"
-    assert result["pages"][0]["prompt_tokens"] > 0 and result["pages"][0]["attempts"] >= 2
+    assert result.engine["name"] == "openai"
+    assert (result.pages[0].prompt_tokens or 0) > 0 and result.pages[0].attempts >= 2
 
 
 def child_pids(pid: int) -> list[int]:
@@ -160,30 +166,30 @@ def engine_pids(worker_pid: int) -> dict[str, int]:
 def test_killing_the_engine_core_mid_job_fails_fast_and_exits(
     tiny_model: Path, tmp_path: Path
 ) -> None:
-    api_port = free_port()
     env = worker_environ() | engine_env(
         tiny_model,
-        0,
         MAX_TOKENS="200",
         MAX_CONCURRENT_PAGES="1",
         OUTPUT_DIR=str(tmp_path / "out"),
         RUNPOD_LOG_LEVEL="ERROR",
         LOG_LEVEL="INFO",
     )
-    proc = serve_api(
-        env, api_port, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, bufsize=1
-    )
-    url = f"http://127.0.0.1:{api_port}"
+    log_path = tmp_path / "worker.log"
+    with log_path.open("w") as log_file:
+        proc, url = start_api(env, timeout_s=600, stdout=subprocess.DEVNULL, stderr=log_file)
     first_page = threading.Event()
 
     def watch_log() -> None:  # the worker logs each page as it finishes
-        for line in proc.stderr:
-            if re.search(r"job \S+: page \d+ \w+ \(1/40\)", line):
-                first_page.set()
+        with log_path.open() as lines:
+            while not first_page.is_set() and proc.poll() is None:
+                line = lines.readline()
+                if re.search(r"job \S+: page \d+ \w+ \(1/40\)", line):
+                    first_page.set()
+                elif not line:
+                    threading.Event().wait(0.1)  # at the end of the log: wait for more
 
     threading.Thread(target=watch_log, daemon=True).start()
     try:
-        wait_for_http(url + "/docs", proc, timeout_s=600)
         # The engine core, where an out-of-memory kill lands: the launcher's forked child.
         launcher = engine_pids(proc.pid)["engine"]
         (core,) = [p for p in child_pids(launcher) if _comm(p).startswith("VLLM::EngineCor")]
@@ -206,13 +212,15 @@ def test_killing_the_engine_core_mid_job_fails_fast_and_exits(
         assert "this worker will be replaced" in error
         # The SDK's local API server drops the output of a failed job; the manifest has it.
         manifest = json.loads((tmp_path / "out/crash/manifest.json").read_text())
-        assert manifest["status"] == "partial" or manifest["status"] == "failed"
-        assert "this worker will be replaced" in manifest["error"]
         pages = manifest["pages"]
         assert len(pages) == 40
+        stored = [p for p in pages if p["status"] != "failed"]
+        assert manifest["status"] == ("partial" if stored else "failed") and manifest["retry"]
+        assert "this worker will be replaced" in manifest["error"]
+        # Each page was read before the kill, or failed naming why the engine is gone.
         done = [p for p in pages if p.get("attempts")]
         gone = [p for p in pages if "exited while serving" in (p.get("error") or "")]
-        assert done and gone and len(done) + len(gone) >= 39
+        assert done and gone and len(done) + len(gone) == 40
         for page in done:
             stored = page.get("key") or page.get("partial_key")
             if stored:
@@ -229,12 +237,10 @@ def test_no_engine_outlives_its_worker(
     sig: signal.Signals, tiny_model: Path, tmp_path: Path
 ) -> None:
     env = worker_environ() | engine_env(
-        tiny_model, 0, OUTPUT_DIR=str(tmp_path / "out"), RUNPOD_LOG_LEVEL="ERROR"
+        tiny_model, OUTPUT_DIR=str(tmp_path / "out"), RUNPOD_LOG_LEVEL="ERROR"
     )
-    api_port = free_port()
-    proc = serve_api(env, api_port, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc, _ = start_api(env, timeout_s=600, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_for_http(f"http://127.0.0.1:{api_port}/docs", proc, timeout_s=600)
         # the two children and what they started: the engine core, its helpers
         engines = [p for pid in engine_pids(proc.pid).values() for p in (pid, *descendants(pid))]
         assert len(engines) > 2
@@ -268,12 +274,14 @@ def _alive(pid: int) -> bool:
 def test_a_failed_start_says_why_and_leaves_no_process(loop, tiny_model: Path, split) -> None:
     # The tiny model's context is 4,096 tokens: vLLM refuses 8,192 while reading its config,
     # and the error carries vLLM's own line; no process of the start is left over.
-    from vlm_ocr.engines.vllm_server import VllmServer
+    from vlm_ocr.engines.gpu import GpuFacts
+    from vlm_ocr.engines.model_files import ModelFiles
+    from vlm_ocr.engines.vllm.argv import ServeSpec
+    from vlm_ocr.engines.vllm.server import VllmServer
     from vlm_ocr.errors import EngineError
 
-    env = engine_env(tiny_model, 0)
-    settings = settings_from(env, max_model_len=8192, vllm_split_start=split)
-    server = VllmServer(settings)
+    settings = settings_from(engine_env(tiny_model), max_model_len=8192, vllm_split_start=split)
+    server = VllmServer(ServeSpec.resolve(settings, GpuFacts()), ModelFiles(settings.model))
     with pytest.raises(EngineError) as failed:
         loop.run(server.start())
     message = str(failed.value)
@@ -298,24 +306,23 @@ def test_a_json_schema_is_answered_by_guided_decoding(loop, vllm) -> None:
     pdf = samples.pdf_from_pages([["Invoice 7", "Total 12.50 EUR", "Paid in full"]])
     job = {"pdf": {"base64": b64(pdf)}, "output_prefix": "vllm/json", "json_schema": schema}
     result = loop.run(worker.run("json-1", job))
-    page = result["pages"][0]
-    partial = page.get("partial_key") and (settings.output_dir / page["partial_key"]).read_text()
-    assert page["status"] == "ok", (page.get("error"), partial)
-    assert page["key"] == "vllm/json/page-0001.json"
-    stored = json.loads((settings.output_dir / page["key"]).read_text())
+    page = result.pages[0]
+    out = settings.job.output_dir
+    partial = page.partial_key and (out / page.partial_key).read_text()
+    assert page.status == "ok", (page.error, partial)
+    assert page.key == "vllm/json/page-0001.json"
+    stored = json.loads((out / page.key).read_text())
     jsonschema.validate(stored, schema)
-    assert result["fingerprint"]["prompt"] == "extract-json+json"
+    assert result.fingerprint["prompt"] == "extract-json+json"
 
 
 def test_a_second_opinion_beside_real_engine_requests(loop, vllm, tmp_path: Path) -> None:
     # Through the same server as a second client (ENGINE=openai), every answer 8 tokens long
     # (ignore_eos): each page is stored, and the CPU engine's reading disagrees with the random
     # text, so every page is flagged for review with its agreement.
-    from vlm_ocr.app import build_worker, make_engine
-
     worker, settings = vllm
     other = second_client(worker, settings, tmp_path)
-    remote = build_worker(other, make_engine(other, fixed_output_tokens=8))
+    remote = build_worker(other, make_engine(other, EngineOptions(exact_output_tokens=8)))
     loop.run(remote.start())
     try:
         pdf = samples.pdf_from_pages(samples.numbered_pages(2, lines=2))
@@ -323,8 +330,51 @@ def test_a_second_opinion_beside_real_engine_requests(loop, vllm, tmp_path: Path
         result = loop.run(remote.run("o2", job))
     finally:
         loop.run(remote.close())
-    assert [p["status"] for p in result["pages"]] == ["ok", "ok"], result.get("error")
-    for page in result["pages"]:
-        assert page["output_tokens"] == 8 and page["review"] is True
-        assert 0 <= page["agreement"] < 0.5
-    assert result["totals"]["review"] == 2
+    assert [p.status for p in result.pages] == ["ok", "ok"], result.error
+    for page in result.pages:
+        assert page.output_tokens == 8 and page.review is True
+        assert 0 <= (page.agreement or 0) < 0.5
+    assert result.totals.review == 2
+
+
+def test_an_olmocr_model_is_served_and_read_as_its_family(loop, tmp_path_factory) -> None:
+    # A tiny Qwen2.5-VL in a folder named like olmOCR: the config's architecture and the name
+    # make it the olmocr family, served with its flags and asked with its prompt and ladder.
+    # Its random answers have no front matter: every attempt is refused by the parser, and the
+    # PDF page falls back to its text layer, flagged; an image page has none and fails.
+    model = make_tiny_model(tmp_path_factory.mktemp("model") / "tiny-olmOCR-2", "qwen2_5_vl")
+    out = tmp_path_factory.mktemp("olmocr-out")
+    settings = settings_from(engine_env(model), output_dir=out, max_attempts=2)
+    with pytest.MonkeyPatch.context() as env:
+        for key, value in SERVER_ENV.items():
+            env.setenv(key, value)
+        worker = loop.run(start_worker(settings))
+        try:
+            facts = worker.engine_facts()
+            pdf = samples.pdf_from_pages([["Clause 9: the text layer of this page."]])
+            on_pdf = loop.run(worker.run("olm-pdf", {"pdf": {"base64": b64(pdf)}}))
+            image = {"base64": b64(png_bytes(page_image(["An image has no text layer."])))}
+            on_image = loop.run(worker.run("olm-img", {"images": [image]}))
+            refused = loop.run(worker.run("olm-prompt", {"images": [image], "prompt": "plain"}))
+        finally:
+            loop.run(worker.close())
+    assert facts["family"] == "olmocr" and "tiny-olmOCR-2" in facts["family_detected_by"]
+    assert facts["prompt"] == "olmocr-v4-yaml" and facts["thinking_checked"]
+    argv = facts["argv"]
+    assert "--mm-processor-kwargs" not in argv  # Qwen2.5-VL's processor as it ships
+    [page] = on_pdf.pages
+    assert page.status == "ok" and page.attempts == 2, page
+    assert (page.fallback or "").endswith(
+        "on all 2 attempts (temperatures 0.1, 0.1; MAX_TOKENS 24)"
+    )
+    assert (out / str(page.key)).read_text() == "Clause 9: the text layer of this page."
+    assert max(page.width or 0, page.height or 0) == 1288  # olmOCR's page size
+    assert (
+        on_pdf.fingerprint["family"] == "olmocr"
+        and on_pdf.fingerprint["prompt"] == "olmocr-v4-yaml"
+    )
+    [failed] = on_image.pages
+    assert failed.status == "failed" and failed.fallback is None and failed.attempts == 2
+    assert (refused.error or "").startswith("input.prompt: ") and "olmocr family" in (
+        refused.error or ""
+    )

@@ -9,9 +9,10 @@ from collections.abc import Iterator
 import pytest
 
 from vlm_ocr.errors import InputError
-from vlm_ocr.fetch import blocked, download, redact
+from vlm_ocr.pipeline.fetch import blocked, download
+from vlm_ocr.urls import redact
 
-from .httpserver import LoopbackServer
+from .support.http_server import LoopbackServer
 
 
 @pytest.fixture

@@ -11,16 +11,28 @@ import httpx
 import pytest
 
 from vlm_ocr import samples
-from vlm_ocr.local_endpoint import worker_environ
-from vlm_ocr.textsim import similarity
+from vlm_ocr.contract import (
+    FailedItem,
+    JobResult,
+    PageItem,
+    ResultItem,
+    final_item,
+    read_item,
+)
+from vlm_ocr.entry import runpod as entry
+from vlm_ocr.pipeline.textsim import similarity
+from vlm_ocr.testing.fakes import FakeEngine
 
-from .conftest import ROOT, b64, free_port, serve_api, wait_for_http
-
-
-def handler_env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    return worker_environ(
-        **{"OUTPUT_DIR": str(tmp_path / "out"), "RUNPOD_LOG_LEVEL": "ERROR"} | extra
-    )
+from .support import (
+    ROOT,
+    b64,
+    handler_env,
+    make_settings,
+    new_worker,
+    page_image,
+    png_bytes,
+    start_api,
+)
 
 
 def test_test_input_json_runs_and_prints_result(tmp_path: Path) -> None:
@@ -40,7 +52,7 @@ def test_test_input_json_runs_and_prints_result(tmp_path: Path) -> None:
         assert stored == page["text"]
         assert similarity(stored, samples.page_text(truth)) >= 0.9, stored
     assert (tmp_path / "out/demo/lease/manifest.json").is_file()
-    assert "INFO vlm_ocr.worker: engine ready" in proc.stderr  # LOG_LEVEL's default, INFO
+    assert "INFO vlm_ocr.pipeline.worker: engine ready" in proc.stderr  # LOG_LEVEL's default, INFO
 
 
 def test_log_level_takes_effect(tmp_path: Path) -> None:
@@ -96,10 +108,8 @@ def test_a_model_the_image_lacks_fails_every_job_with_one_line(tmp_path: Path) -
 @pytest.fixture(scope="module")
 def api_server(tmp_path_factory: pytest.TempPathFactory):
     tmp = tmp_path_factory.mktemp("api")
-    port = free_port()
-    proc = serve_api(handler_env(tmp), port, stdout=subprocess.DEVNULL)
-    wait_for_http(f"http://127.0.0.1:{port}/docs", proc, timeout_s=120)
-    yield f"http://127.0.0.1:{port}", tmp / "out"
+    proc, url = start_api(handler_env(tmp), timeout_s=120, stdout=subprocess.DEVNULL)
+    yield url, tmp / "out"
     proc.terminate()
     proc.wait(timeout=30)
 
@@ -139,8 +149,6 @@ def test_each_page_reports_progress_through_the_sdk(monkeypatch, loop, worker) -
 
     import runpod
 
-    import handler as entry
-
     sent: list[tuple[str, dict]] = []
     monkeypatch.setenv("RUNPOD_WEBHOOK_GET_JOB", "https://api.runpod.invalid/job-take")
     monkeypatch.setattr(
@@ -159,50 +167,8 @@ def test_each_page_reports_progress_through_the_sdk(monkeypatch, loop, worker) -
     assert sorted(p["page"] for _, p in sent) == [1, 2, 3] and all(p["total"] == 3 for _, p in sent)
 
 
-class HeldEngine:
-    """Answers at once, except the `held`-th request, which waits until `release()`."""
-
-    default_concurrency = 4
-
-    def __init__(self, loop, held: int) -> None:
-        import asyncio
-
-        from vlm_ocr.engines.base import EngineFacts
-
-        self.loop, self.held, self.calls = loop, held, 0
-        self.facts = EngineFacts(name="held", version="1")
-        self.failure = None
-        self.gate = loop.run(_event())
-        self._asyncio = asyncio
-
-    def release(self) -> None:
-        self.loop.loop.call_soon_threadsafe(self.gate.set)
-
-    async def recognize(self, page, prompt):
-        from vlm_ocr.engines.base import Recognition
-
-        self.calls += 1
-        if self.calls == self.held:
-            await self.gate.wait()
-        return Recognition(f"text {page.sha256[:8]}", finish_reason="stop")
-
-    def fingerprint(self, prompt):
-        return {"engine": "held"}
-
-    def terminate(self) -> None:
-        pass
-
-
-async def _event():
-    import asyncio
-
-    return asyncio.Event()
-
-
 def stream_items(loop, worker, job: dict, on_item=None) -> list[dict]:
     import asyncio
-
-    import handler as entry
 
     async def consume() -> list[dict]:
         items = []
@@ -216,9 +182,8 @@ def stream_items(loop, worker, job: dict, on_item=None) -> list[dict]:
 
 
 def test_pages_stream_as_they_are_stored_then_the_result(tmp_path, loop, cpu_pool) -> None:
-    from .conftest import make_settings, new_worker
-
-    engine = HeldEngine(loop, held=3)
+    engine = FakeEngine(concurrency=4)
+    engine.hold(3)
     worker = new_worker(loop, make_settings(tmp_path), engine, cpu_pool)
     pdf = samples.pdf_from_pages(samples.numbered_pages(3, lines=2))
     job = {"id": "job-s", "input": {"pdf": {"base64": b64(pdf)}, "return_text": True}}
@@ -226,23 +191,21 @@ def test_pages_stream_as_they_are_stored_then_the_result(tmp_path, loop, cpu_poo
     # The third page's answer is held until two pages have been streamed: the job cannot have
     # ended before they arrived.
     items = stream_items(loop, worker, job, lambda got: len(got) == 2 and engine.release())
-    *pages, last = items
-    assert [item["event"] for item in pages] == ["page"] * 3
-    assert [item["done"] for item in pages] == [1, 2, 3] and {i["total"] for i in pages} == {3}
-    assert sorted(item["page"]["page"] for item in pages) == [1, 2, 3]
+    *pages, last = [read_item(item) for item in items]
+    assert all(isinstance(item, PageItem) for item in pages)
+    assert [item.done for item in pages] == [1, 2, 3]
+    assert {item.total for item in pages} == {3}
+    assert sorted(item.page.page for item in pages) == [1, 2, 3]
     for item in pages:
-        page = item["page"]
-        assert page["status"] == "ok" and page["text"].startswith("text ")
-        assert (tmp_path / "out" / page["key"]).read_text() == page["text"]
-    assert last["event"] == "result" and last["result"]["status"] == "ok"
-    assert last["result"]["totals"]["ok"] == 3
+        page = item.page
+        assert page.status == "ok" and (page.text or "").startswith("text ")
+        assert (tmp_path / "out" / str(page.key)).read_text() == page.text
+    assert isinstance(last, ResultItem) and last.result.status == "ok"
+    assert last.result.totals.ok == 3
 
 
 def test_a_failed_page_streams_as_a_page_and_the_job_completes(tmp_path, loop, cpu_pool) -> None:
-    from .conftest import make_settings, new_worker, page_image, png_bytes
-
-    engine = HeldEngine(loop, held=0)
-    worker = new_worker(loop, make_settings(tmp_path), engine, cpu_pool)
+    worker = new_worker(loop, make_settings(tmp_path), FakeEngine(concurrency=4), cpu_pool)
     good = b64(png_bytes(page_image(["A readable page."])))
     job = {"id": "job-f", "input": {"images": [{"base64": b64(b"not an image")}, {"base64": good}]}}
     *pages, last = stream_items(loop, worker, job)
@@ -254,21 +217,24 @@ def test_a_failed_page_streams_as_a_page_and_the_job_completes(tmp_path, loop, c
 
 
 def test_a_job_that_stores_nothing_ends_the_stream_with_its_error(tmp_path, loop, cpu_pool) -> None:
-    from .conftest import make_settings, new_worker
-
-    worker = new_worker(loop, make_settings(tmp_path), HeldEngine(loop, held=0), cpu_pool)
+    worker = new_worker(loop, make_settings(tmp_path), FakeEngine(concurrency=4), cpu_pool)
     items = stream_items(loop, worker, {"id": "job-e", "input": {"pdf": {"url": "ftp://x"}}})
     assert len(items) == 1 and "input.pdf.url" in items[0]["error"]
 
 
 def test_a_job_the_engine_or_store_stopped_ends_as_a_failed_runpod_job() -> None:
-    import handler as entry
-
-    partial = {"status": "partial", "error": "page 3: not an image", "pages": []}
-    assert entry.result_item(dict(partial)) == {"event": "result", "result": partial}
-    stopped = {**partial, "error": "the engine failed …", "retry": True, "refresh_worker": True}
-    assert entry.result_item(stopped) == {"error": "the engine failed …"}
-    assert entry.result_item({"status": "failed", "error": "no page"}) == {"error": "no page"}
+    partial = JobResult(job_id="j", status="partial", error="page 3: not an image")
+    assert final_item(partial) == ResultItem(result=partial)
+    stopped = partial.model_copy(
+        update={"error": "the engine failed …", "retry": True, "refresh_worker": True}
+    )
+    assert final_item(stopped) == FailedItem(error="the engine failed …")
+    refused = JobResult.refused("j", "input: no page")
+    assert final_item(refused) == FailedItem(error="input: no page")
+    # The client reads back exactly what the worker sent, whichever the ending.
+    for result in (partial, stopped, refused):
+        wire = json.loads(json.dumps(final_item(result).model_dump(mode="json")))
+        assert read_item(wire) == final_item(result)
 
 
 def test_the_sdk_job_loop_streams_each_page_then_sends_the_whole_result(
@@ -283,11 +249,8 @@ def test_the_sdk_job_loop_streams_each_page_then_sends_the_whole_result(
     from aiohttp import web
     from runpod.serverless.modules import rp_http, rp_job
 
-    import handler as entry
-
-    from .conftest import make_settings, new_worker
-
-    engine = HeldEngine(loop, held=3)
+    engine = FakeEngine(concurrency=4)
+    engine.hold(3)
     worker = new_worker(loop, make_settings(tmp_path), engine, cpu_pool)
     posts: list[tuple[str, dict]] = []
 

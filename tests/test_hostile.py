@@ -12,55 +12,68 @@ from pathlib import Path
 import pytest
 
 from vlm_ocr import samples
+from vlm_ocr.contract import PageItem
 from vlm_ocr.errors import StorageError
+from vlm_ocr.pipeline.textsim import similarity
 from vlm_ocr.storage import LocalStore, PageRecord
-from vlm_ocr.textsim import similarity
 
-from .conftest import b64, make_settings, new_worker, page_image, png_bytes
-from .httpserver import LoopbackServer
+from .support import b64, make_settings, new_worker, page_image, png_bytes, stored_text
 from .support.hostile import nested_xobject_pdf
+from .support.http_server import LoopbackServer
 
 SELECTION_BOMB = "1- ," * 24 + "x"  # exponential in the old page-selection regex
 
 
-def stored(settings, key: str) -> str:
-    return (settings.output_dir / key).read_text(encoding="utf-8")
-
-
-def test_hostile_jobs_fail_alone_while_a_good_job_goes_through(
+def test_a_page_that_renders_for_minutes_holds_up_no_other_job(
     loop, cpu_engine, cpu_pool, tmp_path: Path
 ) -> None:
-    # A page that would render for many minutes is stopped at its deadline; the job's other
-    # page is stored; a good job sent at the same time finishes first.
-    settings = make_settings(tmp_path, render_timeout_s=20)
-    worker = new_worker(loop, settings, cpu_engine, cpu_pool)
-    finished: list[str] = []
-
-    async def job(name: str, raw: dict) -> dict:
-        result = await worker.run(name, raw)
-        finished.append(name)
-        return result
-
+    # Its render ties up one render process for minutes: the good page of its job is stored
+    # and a good job sent beside it finishes, both while it still renders. Cancelling its job
+    # then ends that render with its process, and the pool goes on serving.
+    worker = new_worker(loop, make_settings(tmp_path), cpu_engine, cpu_pool)
+    streamed: list[PageItem] = []
     hostile = {"pdf": {"base64": b64(nested_xobject_pdf(depth=8))}, "output_prefix": "hostile"}
-    bomb = {"pdf": {"base64": b64(nested_xobject_pdf())}, "pages": SELECTION_BOMB}
     good_pages = samples.numbered_pages(1, lines=2)
     good = {"pdf": {"base64": b64(samples.pdf_from_pages(good_pages))}, "output_prefix": "good"}
 
-    async def side_by_side() -> list[dict]:
-        return await asyncio.gather(job("hostile", hostile), job("bomb", bomb), job("good", good))
+    async def side_by_side() -> tuple[bool, object]:
+        page_one = asyncio.Event()
 
-    h, b, g = loop.run(side_by_side())
-    assert finished.index("good") < finished.index("hostile")
-    assert b["error"].startswith("input.pages: ") and "is not a page selection" in b["error"]
-    assert g["status"] == "ok"
-    assert (
-        similarity(stored(settings, g["pages"][0]["key"]), samples.page_text(good_pages[0])) > 0.9
-    )
-    one, two = h["pages"]
-    assert one["status"] == "ok" and "Good page one" in stored(settings, one["key"])
-    assert two["status"] == "failed" and two["error_stage"] == "render"
-    assert "rendering was stopped: it did not finish within 20 s (RENDER_TIMEOUT_S)" in two["error"]
-    assert h["status"] == "partial"
+        def on_page(item: PageItem) -> None:
+            streamed.append(item)
+            page_one.set()
+
+        stuck = asyncio.ensure_future(worker.run("hostile", hostile, on_page))
+        done = await worker.run("good", good)
+        await page_one.wait()
+        still_rendering = not stuck.done()
+        stuck.cancel()
+        await asyncio.gather(stuck, return_exceptions=True)
+        return still_rendering, done
+
+    still_rendering, g = loop.run(side_by_side())
+    assert still_rendering and g.status == "ok"
+    text = stored_text(worker.settings, g.pages[0].key)
+    assert similarity(text, samples.page_text(good_pages[0])) > 0.9
+    [first] = [item.page for item in streamed]
+    assert first.page == 1 and first.status == "ok"
+    assert "Good page one" in stored_text(worker.settings, first.key)
+    again = loop.run(worker.run("again", good | {"output_prefix": "again"}))
+    assert again.status == "ok"
+
+
+def test_a_page_past_its_render_deadline_fails_with_the_setting_named(
+    run, loop, cpu_engine, cpu_pool, tmp_path: Path
+) -> None:
+    # The second page would render for minutes: only the deadline can end it.
+    worker = new_worker(loop, make_settings(tmp_path, render_timeout_s=1), cpu_engine, cpu_pool)
+    job = {"pdf": {"base64": b64(nested_xobject_pdf(depth=8))}, "pages": "2"}
+    [page] = loop.run(worker.run("deadline", job)).pages
+    assert page.status == "failed" and page.error_stage == "render"
+    assert page.error == "rendering was stopped: it did not finish within 1 s (RENDER_TIMEOUT_S)"
+    bomb = {"pdf": {"base64": b64(nested_xobject_pdf())}, "pages": SELECTION_BOMB}
+    error = run(bomb).error or ""
+    assert error.startswith("input.pages: ") and "is not a page selection" in error
 
 
 def test_bad_urls_fail_their_pages_and_never_leak(
@@ -85,15 +98,15 @@ def test_bad_urls_fail_their_pages_and_never_leak(
         result = loop.run(worker.run("u", {"images": images, "output_prefix": "urls"}))
     finally:
         server.close()
-    first, *bad = result["pages"]
-    assert first["status"] == "ok" and "token" in stored(settings, first["key"]).lower()
-    assert [p["status"] for p in bad] == ["failed"] * 5
+    first, *bad = result.pages
+    assert first.status == "ok" and "token" in stored_text(settings, first.key).lower()
+    assert [p.status for p in bad] == ["failed"] * 5
     for page, index in zip(bad[:4], range(1, 5), strict=True):
-        assert page["error"].startswith(f"input.images[{index}].url: ")
-        assert "is not a valid URL" in page["error"]
-    assert "HTTP 404" in bad[4]["error"]
-    manifest = stored(settings, "urls/manifest.json")
-    for text in (json.dumps(result), manifest, caplog.text):
+        assert (page.error or "").startswith(f"input.images[{index}].url: ")
+        assert "is not a valid URL" in (page.error or "")
+    assert "HTTP 404" in (bad[4].error or "")
+    manifest = stored_text(settings, "urls/manifest.json")
+    for text in (json.dumps(result.wire()), manifest, caplog.text):
         assert "SECRET-TOKEN" not in text and "hunter2" not in text
         assert "Traceback" not in text and "site-packages" not in text
     assert json.loads(manifest)["pages"][0]["source"] == f"http://{host}/p.png"
@@ -117,19 +130,19 @@ def test_job_bytes_and_fetch_deadline(loop, cpu_engine, cpu_pool, tmp_path: Path
         result = loop.run(worker.run("b", {"images": images, "output_prefix": "bytes"}))
     finally:
         server.close()
-    statuses = [p["status"] for p in result["pages"]]
+    statuses = [p.status for p in result.pages]
     assert statuses == ["ok", "ok", "failed", "failed"]
-    assert "(MAX_JOB_BYTES); split the job" in result["pages"][2]["error"]
-    assert "spent its 3 s of fetching time (FETCH_TIMEOUT_S)" in result["pages"][3]["error"]
+    assert "(MAX_JOB_BYTES); split the job" in (result.pages[2].error or "")
+    assert "spent its 3 s of fetching time (FETCH_TIMEOUT_S)" in (result.pages[3].error or "")
 
 
 def test_truncated_pdf_says_so_and_blank_pages_fail(run, settings) -> None:
     data = samples.pdf_from_pages(samples.numbered_pages(3))
     result = run({"pdf": {"base64": b64(data[: len(data) // 2])}, "output_prefix": "cut"})
-    assert any("the PDF is damaged" in note for note in result["notes"])
-    last = result["pages"][-1]
-    assert last["status"] == "failed" and "came out blank from a damaged PDF" in last["error"]
-    assert result["status"] == "partial"
+    assert any("the PDF is damaged" in note for note in result.notes)
+    last = result.pages[-1]
+    assert last.status == "failed" and "came out blank from a damaged PDF" in (last.error or "")
+    assert result.status == "partial"
 
 
 def test_same_prefix_twice_at_once_is_refused(loop, worker) -> None:
@@ -140,14 +153,14 @@ def test_same_prefix_twice_at_once_is_refused(loop, worker) -> None:
         return await asyncio.gather(worker.run("a", job), worker.run("b", job))
 
     first, second = loop.run(both())
-    assert first["status"] == "ok"
-    assert second["error"].startswith("input.output_prefix: another job on this worker")
+    assert first.status == "ok" and second.status == "failed" and not second.pages
+    assert (second.error or "").startswith("input.output_prefix: another job on this worker")
 
 
 def test_a_crash_between_text_and_record_never_reuses_other_text(
     loop, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import vlm_ocr.storage as storage
+    from vlm_ocr import storage
 
     store = LocalStore(tmp_path)
     old = PageRecord("aaa", "fp", 3)
@@ -176,5 +189,5 @@ def test_stored_files_follow_the_umask(run, settings) -> None:
     result = run(
         {"pdf": {"base64": b64(samples.pdf_from_pages([["Mode."]]))}, "output_prefix": "m"}
     )
-    for key in (result["pages"][0]["key"], result["manifest_key"]):
-        assert (settings.output_dir / key).stat().st_mode & 0o777 == 0o666 & ~mask
+    for key in (result.pages[0].key, result.manifest_key):
+        assert (settings.job.output_dir / str(key)).stat().st_mode & 0o777 == 0o666 & ~mask

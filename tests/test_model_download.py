@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from vlm_ocr.engines.model_download import download_home, ensure_model
+from vlm_ocr.engines.model_download import ensure_model
+from vlm_ocr.engines.model_files import ModelFiles
 from vlm_ocr.errors import EngineError
 from vlm_ocr.settings import Settings
 
-from .conftest import ROOT, free_port
-from .engine_support import engine_python
-from .test_release import make_snapshot
+from .support import ROOT, free_port, make_snapshot
+from .support.engine import engine_python
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
@@ -36,31 +36,39 @@ def hub_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return volume
 
 
-def settings() -> Settings:
-    return Settings(
-        model_name="acme/tiny-vl",
-        hf_hub_offline=False,
-        vllm_python=str(engine_python()),
-        model_downloader=str(ROOT / "builder" / "download_model.py"),
+def files(volume: Path, **values: object) -> ModelFiles:
+    settings = Settings(
+        **{
+            "model_name": "acme/tiny-vl",
+            "hf_hub_offline": False,
+            "model_downloader": str(ROOT / "builder" / "download_model.py"),
+        }
+        | values
     )
+    return ModelFiles(settings.model, volume)
+
+
+def download(loop, volume: Path) -> dict | None:
+    return loop.run(ensure_model(files(volume), str(engine_python())))
 
 
 def test_baked_images_and_local_models_download_nothing(loop, tmp_path: Path) -> None:
-    assert loop.run(ensure_model(Settings(hf_hub_offline=True), tmp_path)) is None
-    local = Settings(hf_hub_offline=False, model_name=str(tmp_path))
-    assert loop.run(ensure_model(local, tmp_path)) is None
+    python = str(engine_python())
+    assert loop.run(ensure_model(files(tmp_path, hf_hub_offline=True), python)) is None
+    local = files(tmp_path, model_name=str(tmp_path))
+    assert loop.run(ensure_model(local, python)) is None
 
 
 def test_the_model_goes_to_the_volume_and_is_checked(loop, hub_cache: Path, caplog) -> None:
     caplog.set_level(logging.INFO)
-    done = loop.run(ensure_model(settings(), hub_cache))
+    done = download(loop, hub_cache)
     assert done is not None and done["resolved_commit"] == COMMIT
     assert done["home"] == str(hub_cache / "hf") and done["bytes"] > 0
     assert "downloading acme/tiny-vl" in caplog.text and "2 weight files" in caplog.text
     assert (hub_cache / "hf" / "locks" / "acme--tiny-vl.lock").is_file()
     assert "no network volume" not in caplog.text
     # without a volume the cache is the container's, and the log says what that costs
-    assert download_home(settings(), hub_cache / "none") == Path.home() / ".cache/huggingface"
+    assert files(hub_cache / "none").download_home() == Path.home() / ".cache/huggingface"
 
 
 def test_a_killed_download_fails_clearly_and_the_next_start_completes_it(
@@ -70,11 +78,11 @@ def test_a_killed_download_fails_clearly_and_the_next_start_completes_it(
     whole = shard.read_bytes()
     shard.write_bytes(whole[:-100])  # as a download killed part-way leaves it
     with pytest.raises(EngineError) as info:
-        loop.run(ensure_model(settings(), hub_cache))
+        download(loop, hub_cache)
     assert "could not be downloaded" in str(info.value)
     assert "model-00001-of-00002.safetensors: 3,975 bytes, its header says 4,075" in str(info.value)
     shard.write_bytes(whole)  # what the next start's download resumes to
-    assert loop.run(ensure_model(settings(), hub_cache))["resolved_commit"] == COMMIT
+    assert (download(loop, hub_cache) or {})["resolved_commit"] == COMMIT
 
 
 def test_workers_of_one_endpoint_download_one_at_a_time(loop, hub_cache: Path, caplog) -> None:
@@ -93,7 +101,9 @@ def test_workers_of_one_endpoint_download_one_at_a_time(loop, hub_cache: Path, c
     fd = os.open(lock, os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # another worker is downloading
-        future = asyncio.run_coroutine_threadsafe(ensure_model(settings(), hub_cache), loop.loop)
+        future = asyncio.run_coroutine_threadsafe(
+            ensure_model(files(hub_cache), str(engine_python())), loop.loop
+        )
         assert waiting.wait(120), "the second worker must wait for the first"
         assert not future.done()
         fcntl.flock(fd, fcntl.LOCK_UN)

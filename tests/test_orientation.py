@@ -8,10 +8,10 @@ import json
 import pytest
 
 from vlm_ocr import samples
-from vlm_ocr.orientation import detect_turn
-from vlm_ocr.textsim import similarity
+from vlm_ocr.pipeline.orientation import detect_turn
+from vlm_ocr.pipeline.textsim import similarity
 
-from .conftest import b64, make_settings, new_worker, page_image, png_bytes, run_job
+from .support import b64, make_settings, new_worker, page_image, png_bytes, run_job
 
 PAGE = samples.LEGAL_PAGES[0]
 
@@ -40,14 +40,14 @@ def test_sideways_scans_are_read_upright_and_the_turn_recorded(
         pdf = run_job(loop, worker, {"pdf": {"base64": b64(samples.pdf_from_pages([PAGE]))}})
     finally:
         loop.run(worker.cpu_models.close())
-    assert result["status"] == "ok", result.get("error")
-    sideways, straight = result["pages"]
-    assert sideways["rotated"] == 270 and straight["rotated"] == 0
-    assert (sideways["width"], sideways["height"]) == (straight["width"], straight["height"])
+    assert result.status == "ok", result.error
+    sideways, straight = result.pages
+    assert sideways.rotated == 270 and straight.rotated == 0
+    assert (sideways.width, sideways.height) == (straight.width, straight.height)
     for page in (sideways, straight):
-        text = (tmp_path / "out" / page["key"]).read_text()
+        text = (tmp_path / "out" / str(page.key)).read_text()
         assert similarity(text, samples.page_text(PAGE)) >= 0.9, text
     manifest = json.loads((tmp_path / "out/turned/manifest.json").read_text())
     assert [p["rotated"] for p in manifest["pages"]] == [270, 0]
     # A PDF page with a text layer is upright by construction: not checked.
-    assert "rotated" not in pdf["pages"][0]
+    assert pdf.pages[0].rotated is None

@@ -8,32 +8,39 @@ from pathlib import Path
 from PIL import Image
 
 from vlm_ocr import samples
+from vlm_ocr.pipeline.textsim import similarity
 from vlm_ocr.settings import Settings
-from vlm_ocr.textsim import similarity
 
-from .conftest import b64, new_worker, page_image, png_bytes, run_sixteen_jobs
-
-
-def stored_text(settings: Settings, key: str) -> str:
-    return (settings.output_dir / key).read_text(encoding="utf-8")
+from .support import (
+    b64,
+    encrypted_pdf,
+    make_settings,
+    new_worker,
+    page_image,
+    pdf_with_zero_pages,
+    png_bytes,
+    run_sixteen_jobs,
+    stored_text,
+)
+from .support.http_server import LoopbackServer
 
 
 def test_multi_page_pdf_each_page_matches_its_own_text(run, settings: Settings) -> None:
     pages = samples.numbered_pages(3)
     result = run({"pdf": {"base64": b64(samples.pdf_from_pages(pages))}, "output_prefix": "t/a"})
-    assert result["status"] == "ok" and "error" not in result
-    assert [p["key"] for p in result["pages"]] == [f"t/a/page-000{n}.md" for n in (1, 2, 3)]
-    for page, truth in zip(result["pages"], pages, strict=True):
-        text = stored_text(settings, page["key"])
+    assert result.status == "ok" and result.error is None and not result.retry
+    assert [p.key for p in result.pages] == [f"t/a/page-000{n}.md" for n in (1, 2, 3)]
+    for page, truth in zip(result.pages, pages, strict=True):
+        text = stored_text(settings, page.key)
         assert similarity(text, samples.page_text(truth)) >= 0.9, text
-        assert page["chars"] == len(text)
-        assert set(page["timings"]) >= {"render_s", "engine_s", "store_s", "total_s"}
+        assert page.chars == len(text)
+        assert set(page.timings) >= {"render_s", "engine_s", "store_s", "total_s"}
     manifest = json.loads(stored_text(settings, "t/a/manifest.json"))
-    assert manifest["totals"] == result["totals"] | {}
+    assert manifest["totals"] == result.totals.model_dump()
     assert [p["status"] for p in manifest["pages"]] == ["ok"] * 3
     assert manifest["engine"]["name"] == "rapidocr" and manifest["engine"]["version"]
     assert all("text" not in p for p in manifest["pages"])
-    assert result["notes"] and "reads no prompt" in result["notes"][0]
+    assert result.notes and "reads no prompt" in result.notes[0]
 
 
 def test_two_columns_come_out_column_by_column(run) -> None:
@@ -41,7 +48,7 @@ def test_two_columns_come_out_column_by_column(run) -> None:
     right = ["Right column begins here.", "Right column second clause.", "Right column ends."]
     pdf = samples.pdf_from_pages([left + right], columns=2)
     result = run({"pdf": {"base64": b64(pdf)}, "return_text": True})
-    text = result["pages"][0]["text"]
+    text = result.pages[0].text or ""
     assert similarity(text, "\n".join(left + right)) >= 0.9, text
     positions = [text.find(word) for word in ("opens", "second", "ends", "begins")]
     assert positions[:3] == sorted(positions[:3]) and positions[2] < positions[3], text
@@ -50,13 +57,13 @@ def test_two_columns_come_out_column_by_column(run) -> None:
 def test_selection_beyond_document_keeps_good_pages(run, settings: Settings) -> None:
     pdf = samples.pdf_from_pages(samples.numbered_pages(2))
     result = run({"pdf": {"base64": b64(pdf)}, "pages": "2,5-2000", "output_prefix": "sel"})
-    assert result["status"] == "partial"
-    [ok] = result["pages"]
-    assert ok["page"] == 2 and ok["status"] == "ok"
+    assert result.status == "partial"
+    [ok] = result.pages
+    assert ok.page == 2 and ok.status == "ok"
     truth = samples.page_text(samples.numbered_pages(2)[1])
-    assert similarity(stored_text(settings, ok["key"]), truth) >= 0.9
+    assert similarity(stored_text(settings, ok.key), truth) >= 0.9
     says = "input.pages: page 5-2000 selected beyond the end; the document has 2 pages"
-    assert result["errors"] == [says] and result["error"] == says
+    assert result.errors == [says] and result.error == says
     manifest = json.loads(stored_text(settings, "sel/manifest.json"))
     assert (manifest["status"], manifest["error"]) == ("partial", says)
 
@@ -72,12 +79,12 @@ def test_bad_images_reported_good_ones_stored(run, settings: Settings) -> None:
         {"key": "uploads/page.png"},
     ]
     result = run({"images": images, "output_prefix": "imgs"})
-    assert result["status"] == "partial"
-    assert result["totals"] == result["totals"] | {"ok": 1, "failed": 5}
-    first = result["pages"][0]
-    assert first["status"] == "ok"
-    assert similarity(stored_text(settings, first["key"]), good[0]) >= 0.9
-    errors = {p["page"]: p["error"] for p in result["pages"][1:]}
+    assert result.status == "partial"
+    assert (result.totals.ok, result.totals.failed) == (1, 5)
+    first = result.pages[0]
+    assert first.status == "ok"
+    assert similarity(stored_text(settings, first.key), good[0]) >= 0.9
+    errors = {p.page: p.error or "" for p in result.pages[1:]}
     assert "input.images[1].base64: not valid base64" in errors[2]
     assert "input.images[2]: the data is not an image" in errors[3]
     assert "input.images[3]: the image is 12000×12000" in errors[4]
@@ -86,18 +93,17 @@ def test_bad_images_reported_good_ones_stored(run, settings: Settings) -> None:
     assert "input.images[5].key" in errors[6] and "no bucket is configured" in errors[6]
     manifest = json.loads(stored_text(settings, "imgs/manifest.json"))
     assert [p["status"] for p in manifest["pages"]] == ["ok"] + ["failed"] * 5
-    assert not (settings.output_dir / "imgs/page-0002.md").exists()
+    assert not (settings.job.output_dir / "imgs/page-0002.md").exists()
 
 
 def test_unreadable_pdf_fails_job_with_field(run) -> None:
     result = run({"pdf": {"base64": b64(b"not a pdf at all")}})
-    assert result == {
-        "error": "input.pdf.base64: the data is not a PDF (it does not start with %PDF)"
-    }
-    assert "input: give exactly one document" in run({})["error"]
-    garbage = run({"pdf": {"base64": b64(b"%PDF-1.4\n" + bytes(range(256)) * 8)}})
-    assert garbage["error"].startswith("input.pdf.base64: the PDF is corrupt or truncated")
-    assert "vlm-ocr-job" not in garbage["error"] and "input-0" not in garbage["error"]
+    assert (result.status, result.pages, result.retry) == ("failed", [], False)
+    assert result.error == "input.pdf.base64: the data is not a PDF (it does not start with %PDF)"
+    assert "input: give exactly one document" in (run({}).error or "")
+    garbage = run({"pdf": {"base64": b64(b"%PDF-1.4\n" + bytes(range(256)) * 8)}}).error or ""
+    assert garbage.startswith("input.pdf.base64: the PDF is corrupt or truncated")
+    assert "vlm-ocr-job" not in garbage and "input-0" not in garbage
 
 
 def test_rerun_reuses_stored_pages(run) -> None:
@@ -107,15 +113,15 @@ def test_rerun_reuses_stored_pages(run) -> None:
     }
     first = run(job)
     second = run(job)
-    assert [p["reused"] for p in first["pages"]] == [False, False]
-    assert [p["reused"] for p in second["pages"]] == [True, True]
-    assert [p["chars"] for p in second["pages"]] == [p["chars"] for p in first["pages"]]
+    assert [p.reused for p in first.pages] == [False, False]
+    assert [p.reused for p in second.pages] == [True, True]
+    assert [p.chars for p in second.pages] == [p.chars for p in first.pages]
     changed = run(job | {"max_pixels": 600_000})  # other pixels: recognized again
-    assert [p["reused"] for p in changed["pages"]] == [False, False]
+    assert [p.reused for p in changed.pages] == [False, False]
 
 
 def test_sixteen_concurrent_jobs_never_cross(loop, cpu_engine, cpu_pool, tmp_path: Path) -> None:
-    settings = Settings(output_dir=tmp_path / "out", max_pixels=450_000)
+    settings = make_settings(tmp_path, max_pixels=450_000)
     worker = new_worker(loop, settings, cpu_engine, cpu_pool)
     run_sixteen_jobs(loop, worker, "c", lambda key: stored_text(settings, key))
 
@@ -123,54 +129,60 @@ def test_sixteen_concurrent_jobs_never_cross(loop, cpu_engine, cpu_pool, tmp_pat
 def test_bad_urls_and_truncated_images_fail_only_their_pages(
     loop, cpu_engine, cpu_pool, tmp_path: Path
 ) -> None:
-    from .httpserver import LoopbackServer
-
-    settings = Settings(
-        output_dir=tmp_path / "out",
-        max_pixels=700_000,
-        allow_private_urls=True,
-        max_download_bytes=3_000_000,
-        download_timeout_s=20.0,  # generous for the good page; the stalled one never answers
-    )
+    settings = make_settings(tmp_path, allow_private_urls=True, max_download_bytes=3_000_000)
     worker = new_worker(loop, settings, cpu_engine, cpu_pool)
     good = png_bytes(page_image(["Served over HTTP, this page is good."]))
     server = LoopbackServer()
     server.body("/good.png", good)
     server.body("/huge.png", b"\x89PNG" + b"0" * 3_100_000)
-    server.stall("/slow.png")
     try:
         images = [
             {"url": server.url + "/good.png"},
             {"url": server.url + "/huge.png"},
-            {"url": server.url + "/slow.png"},
             {"base64": b64(good[: len(good) // 2])},
             {"url": "ftp://example.com/page.png"},
         ]
         result = loop.run(worker.run("urls", {"images": images, "output_prefix": "urls"}))
     finally:
         server.close()
-    first, *bad = result["pages"]
-    assert first["status"] == "ok"
+    first, *bad = result.pages
+    assert first.status == "ok"
     assert (
-        similarity(stored_text(settings, first["key"]), "Served over HTTP, this page is good.")
-        >= 0.9
+        similarity(stored_text(settings, first.key), "Served over HTTP, this page is good.") > 0.9
     )
-    errors = [p["error"] for p in bad]
+    errors = [p.error or "" for p in bad]
     assert "input.images[1].url: the file is over the 3 MB limit" in errors[0]
-    assert "input.images[2].url: download did not finish within 20 s" in errors[1]
-    assert "input.images[3]: the image is corrupt or truncated" in errors[2]
-    assert "input.images[4].url: 'ftp://example.com/page.png' is not an https URL" in errors[3]
-    assert [p["page"] for p in bad] == [2, 3, 4, 5]
+    assert "input.images[2]: the image is corrupt or truncated" in errors[1]
+    assert "input.images[3].url: 'ftp://example.com/page.png' is not an https URL" in errors[2]
+    assert [p.page for p in bad] == [2, 3, 4]
+
+
+def test_a_stalled_download_fails_its_page_at_its_time_limit(
+    loop, cpu_engine, cpu_pool, tmp_path: Path
+) -> None:
+    # The server sends its headers and then nothing, ever: only the time limit can end it.
+    settings = make_settings(tmp_path, allow_private_urls=True, download_timeout_s=1)
+    worker = new_worker(loop, settings, cpu_engine, cpu_pool)
+    server = LoopbackServer()
+    server.stall("/slow.png")
+    try:
+        result = loop.run(worker.run("slow", {"images": [{"url": server.url + "/slow.png"}]}))
+    finally:
+        server.close()
+    [page] = result.pages
+    assert page.status == "failed" and page.error_stage == "fetch"
+    assert page.error == (
+        "input.images[0].url: download did not finish within 1 s; use a faster host or a key"
+    )
 
 
 def test_encrypted_or_empty_pdf_fails_the_job_naming_the_field(run) -> None:
-    from .test_render import _encrypted_pdf, _pdf_with_zero_pages
-
-    encrypted = run({"pdf": {"base64": b64(_encrypted_pdf())}})
-    assert encrypted == {
-        "error": "input.pdf.base64: the PDF is encrypted with a password; send an unencrypted copy"
-    }
-    empty = run({"pdf": {"base64": b64(_pdf_with_zero_pages())}})
-    assert empty == {"error": "input.pdf.base64: the PDF has no pages"}
+    encrypted = run({"pdf": {"base64": b64(encrypted_pdf())}})
+    assert (encrypted.status, encrypted.pages) == ("failed", [])
+    assert encrypted.error == (
+        "input.pdf.base64: the PDF is encrypted with a password; send an unencrypted copy"
+    )
+    empty = run({"pdf": {"base64": b64(pdf_with_zero_pages())}})
+    assert empty.error == "input.pdf.base64: the PDF has no pages"
     beyond = run({"pdf": {"base64": b64(samples.pdf_from_pages([["one"]]))}, "pages": "4-6"})
-    assert beyond["error"].startswith("input.pages: '4-6' selects no page of this document")
+    assert (beyond.error or "").startswith("input.pages: '4-6' selects no page of this document")

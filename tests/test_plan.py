@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from vlm_ocr.plan import image_tokens, plan, read_shape
+from vlm_ocr.tools.plan import image_tokens, plan, read_shape
 
 DENSE = {
     "model_type": "qwen3_vl",
@@ -117,7 +117,7 @@ def test_cli_json_and_table(tmp_path: Path) -> None:
     run = [
         sys.executable,
         "-m",
-        "vlm_ocr.cli",
+        "vlm_ocr",
         "plan",
         str(cfg),
         "--kv-cache-dtype",

@@ -6,9 +6,9 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from vlm_ocr.contract import JobInput, parse_selection
 from vlm_ocr.errors import InputError
-from vlm_ocr.schema import JobInput, parse_selection
-from vlm_ocr.sources import select_pages
+from vlm_ocr.pipeline.sources import select_pages
 
 FIELDS = ["pdf", "images", "pages", "prompt", "custom_prompt", "output_prefix", "max_pixels"]
 json_values = st.recursive(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from vlm_ocr.reading_order import Line, to_text
+from vlm_ocr.engines.reading_order import Line, to_text
 
 
 def line(x0: float, y0: float, x1: float, text: str, h: float = 20) -> Line:

@@ -4,19 +4,21 @@ from __future__ import annotations
 
 import json
 import re
-import struct
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from vlm_ocr.schema import JobInput
-from vlm_ocr.settings import HUB_OMITTED, Settings, hub_env, image_env, settings_table
+from vlm_ocr.contract import JobInput
+from vlm_ocr.engines.families import FAMILIES, detect
+from vlm_ocr.settings import ModelSettings, Settings
+from vlm_ocr.tools.settings_docs import HUB_OMITTED, hub_env, image_env, settings_table
 
-from .engine_support import engine_python
+from .support import ROOT, make_snapshot
+from .support.engine import engine_python
 
-ROOT = Path(__file__).resolve().parents[1]
 DOWNLOAD = ROOT / "builder" / "download_model.py"
+DEFAULT_MODEL = ModelSettings.model_fields["model_name"].default
 
 
 def test_hub_json_lists_every_setting_with_the_images_default() -> None:
@@ -38,6 +40,25 @@ def test_hub_json_lists_every_setting_with_the_images_default() -> None:
     assert listed["ENGINE"]["default"] == image["ENGINE"] == "vllm"
     for preset in hub["config"]["presets"]:
         assert set(preset["defaults"]) <= set(listed)
+
+
+def test_every_family_has_a_hub_preset_that_names_its_licence() -> None:
+    hub = json.loads((ROOT / ".runpod/hub.json").read_text())
+    told: dict[str, str] = {}
+    for preset in hub["config"]["presets"]:
+        found = detect(None, preset["defaults"]["MODEL_NAME"])
+        assert found.warning is None, preset["name"]
+        told[preset["defaults"]["MODEL_NAME"]] = found.family.name
+        assert "licence" in preset["name"] or "Apache-2.0" in preset["name"], preset["name"]
+    assert set(told.values()) == set(FAMILIES)
+
+
+def test_the_release_matrix_builds_the_default_an_fp8_and_an_ocr_image() -> None:
+    text = (ROOT / ".github/workflows/release.yml").read_text()
+    matrix = json.loads(re.search(r"echo 'matrix=(\[.*?\])'", text).group(1))
+    assert matrix[0] == DEFAULT_MODEL
+    assert any(m.endswith("-FP8") and detect(None, m).family.name == "qwen-vl" for m in matrix)
+    assert any(detect(None, m).family.name not in {"qwen-vl", "qwen3.5"} for m in matrix)
 
 
 def test_every_test_input_validates_against_the_job_schema() -> None:
@@ -75,33 +96,10 @@ def test_dockerfile_env_names_are_declared_settings() -> None:
 
 def test_image_defaults_match_the_default_model() -> None:
     text = (ROOT / "Dockerfile").read_text()
-    assert f"ARG MODEL_NAME={Settings.model_fields['model_name'].default}" in text
+    assert f"ARG MODEL_NAME={DEFAULT_MODEL}" in text
 
 
 # --- builder/download_model.py --------------------------------------------------------------
-
-
-def write_safetensors(path: Path, floats: int) -> None:
-    header = json.dumps({"w": {"dtype": "F32", "shape": [floats], "data_offsets": [0, 4 * floats]}})
-    raw = header.encode()
-    path.write_bytes(struct.pack("<Q", len(raw)) + raw + b"\0" * (4 * floats))
-
-
-def make_snapshot(folder: Path) -> Path:
-    folder.mkdir(parents=True)
-    (folder / "config.json").write_text(json.dumps({"model_type": "qwen3_vl"}))
-    (folder / "tokenizer.json").write_text("{}")
-    write_safetensors(folder / "model-00001-of-00002.safetensors", 1000)
-    write_safetensors(folder / "model-00002-of-00002.safetensors", 500)
-    index = {
-        "metadata": {"total_size": 6000},
-        "weight_map": {
-            "a": "model-00001-of-00002.safetensors",
-            "b": "model-00002-of-00002.safetensors",
-        },
-    }
-    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
-    return folder
 
 
 def bake(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -194,32 +192,34 @@ def test_hub_hosts_can_run_the_base_image() -> None:
             assert tuple(int(x) for x in version.split(".")) >= needs, (name, version)
 
 
-def test_an_empty_variable_means_unset(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_empty_variable_means_unset() -> None:
     # An endpoint's form sends empty strings for fields left blank.
-    monkeypatch.setenv("MAX_NUM_SEQS", "")
-    monkeypatch.setenv("HF_HOME", "")
-    monkeypatch.setenv("KV_CACHE_DTYPE", "")
-    s = Settings()
-    assert s.max_num_seqs == Settings.model_fields["max_num_seqs"].default
-    assert s.hf_home is None and s.kv_cache_dtype is None
+    s = Settings.from_env({"MAX_NUM_SEQS": "", "HF_HOME": "", "KV_CACHE_DTYPE": ""})
+    assert s == Settings()
+    assert s.vllm.max_num_seqs == 0 and s.model.hf_home is None and s.vllm.kv_cache_dtype is None
+    # names are case-insensitive; variables that are no setting are ignored
+    assert Settings.from_env({"max_tokens": "99", "PATH": "/bin"}).vlm.max_tokens == 99
 
 
 def test_fingerprint_names_the_revision_the_image_baked(tmp_path: Path) -> None:
-    from vlm_ocr.engines.vllm_server import VllmServer
-    from vlm_ocr.engines.vlm import VlmEngine
+    from vlm_ocr.engines.factory import make_engine
+    from vlm_ocr.engines.gpu import GpuFacts
     from vlm_ocr.prompts import PRESETS
 
     record = {"repo": "org/model", "revision": "main", "resolved_commit": "abc123"}
     (tmp_path / "baked-model.json").write_text(json.dumps(record))
-    s = Settings(model_name="org/model", model_revision="main", hf_home=str(tmp_path))
-    assert VlmEngine(s, VllmServer(s)).fingerprint(PRESETS["plain"])["revision"] == "abc123"
-    other = s.model_copy(update={"model_name": "org/other"})
-    assert VlmEngine(other, VllmServer(other)).fingerprint(PRESETS["plain"])["revision"] == "main"
+    s = Settings(
+        engine="vllm", model_name="org/model", model_revision="main", hf_home=str(tmp_path)
+    )
+    engine = make_engine(s, gpu=GpuFacts())
+    assert engine.fingerprint(PRESETS["plain"])["revision"] == "abc123"
+    other = make_engine(s.with_(model_name="org/other"), gpu=GpuFacts())
+    assert other.fingerprint(PRESETS["plain"])["revision"] == "main"
 
 
 def test_release_workflow_names_images_safely() -> None:
     text = (ROOT / ".github/workflows/release.yml").read_text()
-    default = Settings.model_fields["model_name"].default
+    default = DEFAULT_MODEL
     assert f"DEFAULT_MODEL: {default}" in text and f"default: {default}" in text
     assert 'echo "IMAGE=${IMAGE_NAME,,}"' in text  # references are lower case
     assert "cache-to: type=inline" in text and "mode=max" not in text  # no 40 GB layer cache
@@ -234,11 +234,11 @@ def test_the_hub_image_bakes_no_weights_and_downloads_at_start() -> None:
     env = image_env(hub)
     assert env["HF_HUB_OFFLINE"] == "false" and "HF_HOME" not in env
     assert "COPY builder/download_model.py /opt/builder/download_model.py" in hub
-    assert Settings.model_fields["model_downloader"].default == "/opt/builder/download_model.py"
+    assert Settings().model.model_downloader == "/opt/builder/download_model.py"
     # the rest is the main image's: same base, same pinned settings, same model by default
     for line in ("ARG VLLM_VERSION=v0.32.0", "GDN_PREFILL_BACKEND=triton", "ENGINE=vllm"):
         assert line in hub and line in main
-    assert f"MODEL_NAME={Settings.model_fields['model_name'].default}" in hub
+    assert f"MODEL_NAME={DEFAULT_MODEL}" in hub
 
 
 def test_the_hub_test_runs_in_the_time_the_hub_gives_it() -> None:

@@ -5,15 +5,15 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
-import pymupdf
 import pytest
 from PIL import Image
 
 from vlm_ocr import samples
 from vlm_ocr.errors import PageError
-from vlm_ocr.render import Budget, inspect_pdf, render_pdf_page
+from vlm_ocr.images import Budget
+from vlm_ocr.pipeline.render import inspect_pdf, render_pdf_page
 
-from .conftest import png_bytes
+from .support import encrypted_pdf, pdf_with_zero_pages, png_bytes
 
 BUDGET = Budget(1_000_000)
 _names = itertools.count()
@@ -34,7 +34,7 @@ def as_file(tmp_path: Path):
 def render_image(data: bytes, budget: Budget, max_pixels: int):
     import tempfile
 
-    from vlm_ocr import render
+    from vlm_ocr.pipeline import render
 
     with tempfile.NamedTemporaryFile() as fh:
         fh.write(data)
@@ -59,31 +59,13 @@ def test_same_pixels_same_hash(as_file) -> None:
     assert render_pdf_page(a, 1, BUDGET).sha256 != render_pdf_page(a, 2, BUDGET).sha256
 
 
-def _pdf_with_zero_pages() -> bytes:
-    objs = [b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [] /Count 0 >>"]
-    out, offsets = bytearray(b"%PDF-1.4\n"), []
-    for i, body in enumerate(objs, 1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n" % i + body + b"\nendobj\n"
-    xref = len(out)
-    out += b"xref\n0 3\n0000000000 65535 f \n"
-    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
-    out += b"trailer\n<< /Size 3 /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % xref
-    return bytes(out)
-
-
-def _encrypted_pdf() -> bytes:
-    doc = pymupdf.open(stream=samples.pdf_from_pages([["secret"]]), filetype="pdf")
-    return doc.tobytes(encryption=pymupdf.PDF_ENCRYPT_AES_256, owner_pw="o", user_pw="u")
-
-
 @pytest.mark.parametrize(
     ("data", "says"),
     [
         (b"hello, not a pdf", "not a PDF"),
         (samples.pdf_from_pages([["x"]])[:200], "corrupt or truncated"),
-        (_encrypted_pdf(), "encrypted"),
-        (_pdf_with_zero_pages(), "no pages"),
+        (encrypted_pdf(), "encrypted"),
+        (pdf_with_zero_pages(), "no pages"),
     ],
 )
 def test_bad_pdfs(data: bytes, says: str, as_file) -> None:

@@ -13,17 +13,17 @@ import httpx
 import pytest
 
 from vlm_ocr import samples
-from vlm_ocr.loopback_s3 import LoopbackS3, s3_client
-from vlm_ocr.prompts import Prompt
+from vlm_ocr.pipeline.textsim import similarity
+from vlm_ocr.pipeline.worker import Worker
 from vlm_ocr.settings import Settings
 from vlm_ocr.storage import S3Store
-from vlm_ocr.textsim import similarity
-from vlm_ocr.worker import Worker
+from vlm_ocr.testing.fakes import FakeEngine
+from vlm_ocr.testing.loopback_s3 import LoopbackS3, s3_client
 
-from .conftest import (
-    TEST_PIXELS,
+from .support import (
     b64,
     free_port,
+    make_settings,
     new_worker,
     page_image,
     pdf_job,
@@ -31,7 +31,7 @@ from .conftest import (
     run_sixteen_jobs,
     wait_for_http,
 )
-from .faultproxy import FaultProxy
+from .support.fault_proxy import FaultProxy
 
 
 @pytest.fixture(scope="session")
@@ -57,41 +57,20 @@ def bucket_settings(endpoint: str, bucket: str, **kw: Any) -> Settings:
         "bucket_name": bucket,
         "bucket_access_key_id": "test",
         "bucket_secret_access_key": "test",
-        "max_pixels": TEST_PIXELS,
         "bucket_max_attempts": 4,
         "bucket_connect_timeout_s": 2,
         "bucket_read_timeout_s": 2,
     }
     values.update(kw)
-    return Settings(**values)
-
-
-class CountingEngine:
-    """The real CPU engine, counting calls, with the prompt in its fingerprint as the GPU
-    engine has (the CPU engine ignores prompts, so it leaves them out)."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner, self.calls = inner, 0
-        self.facts, self.default_concurrency, self.failure = inner.facts, 1, None
-
-    async def recognize(self, page: Any, prompt: Prompt) -> Any:
-        self.calls += 1
-        return await self.inner.recognize(page, prompt)
-
-    def fingerprint(self, prompt: Prompt) -> dict[str, Any]:
-        return self.inner.fingerprint(prompt) | {
-            "prompt": prompt.name,
-            "prompt_version": prompt.version,
-        }
-
-    async def close(self) -> None:
-        pass
+    return make_settings(**values)
 
 
 @pytest.fixture
 def make_worker(loop, cpu_engine, cpu_pool):
-    def make(settings: Settings) -> tuple[Worker, CountingEngine]:
-        engine = CountingEngine(cpu_engine)
+    def make(settings: Settings) -> tuple[Worker, FakeEngine]:
+        # The real CPU engine, counted, with the prompt in its fingerprint as the GPU engine has
+        # (the CPU engine ignores prompts, so it leaves them out).
+        engine = FakeEngine(wraps=cpu_engine)
         return new_worker(loop, settings, engine, cpu_pool), engine
 
     return make
@@ -118,7 +97,7 @@ def test_client_is_configured_for_r2(s3_endpoint: str, bucket: str) -> None:
             bucket_max_attempts=6,
             bucket_connect_timeout_s=3,
             bucket_read_timeout_s=40,
-        )
+        ).bucket
     )
     cfg = store.client.meta.config
     assert store.client.meta.region_name == "auto"
@@ -138,20 +117,21 @@ def test_job_stores_pages_and_manifest(loop, make_worker, s3_endpoint: str, buck
         "presign_urls": True,
     }
     result = loop.run(worker.run("j1", job))
-    assert result["status"] == "ok" and result["store"] == "s3"
-    assert [p["key"] for p in result["pages"]] == [
+    assert result.status == "ok" and result.store == "s3"
+    assert [p.key for p in result.pages] == [
         "ocr/cases/42/page-0001.md",
         "ocr/cases/42/page-0002.md",
     ]
-    for page, truth in zip(result["pages"], pages, strict=True):
-        text, obj = get_text(s3_endpoint, bucket, page["key"])
+    for page, truth in zip(result.pages, pages, strict=True):
+        text, obj = get_text(s3_endpoint, bucket, page.key or "")
         assert obj["ContentType"] == "text/markdown; charset=utf-8"
         assert similarity(text, samples.page_text(truth)) >= 0.9
-        assert httpx.get(page["url"]).text == text  # the presigned URL serves it over HTTP
+        assert httpx.get(page.url or "").text == text  # the presigned URL serves it over HTTP
     manifest = json.loads(get_text(s3_endpoint, bucket, "ocr/cases/42/manifest.json")[0])
-    assert [p["key"] for p in manifest["pages"]] == [p["key"] for p in result["pages"]]
+    assert [p["key"] for p in manifest["pages"]] == [p.key for p in result.pages]
+    assert all("url" not in p for p in manifest["pages"]) and "manifest_url" not in manifest
     assert manifest["fingerprint"]["engine"] == "rapidocr" and "id" in manifest["fingerprint"]
-    assert json.loads(httpx.get(result["manifest_url"]).text)["job_id"] == "j1"
+    assert json.loads(httpx.get(result.manifest_url or "").text)["job_id"] == "j1"
 
 
 def test_inputs_by_bucket_key(loop, make_worker, s3_endpoint: str, bucket: str) -> None:
@@ -165,18 +145,18 @@ def test_inputs_by_bucket_key(loop, make_worker, s3_endpoint: str, bucket: str) 
     result = loop.run(
         worker.run("k1", {"pdf": {"key": "uploads/case-42.pdf"}, "return_text": True})
     )
-    assert result["status"] == "ok", result
-    assert similarity(result["pages"][0]["text"], samples.page_text(pages[0])) >= 0.9
+    assert result.status == "ok", result
+    assert similarity(result.pages[0].text or "", samples.page_text(pages[0])) >= 0.9
     result = loop.run(
         worker.run("k2", {"images": [{"key": "uploads/p1.png"}, {"key": "uploads/none.png"}]})
     )
-    assert result["pages"][0]["status"] == "ok"
-    assert "input.images[1].key: no object 'uploads/none.png'" in result["pages"][1]["error"]
+    assert result.pages[0].status == "ok"
+    assert "input.images[1].key: no object 'uploads/none.png'" in (result.pages[1].error or "")
     result = loop.run(worker.run("k3", {"pdf": {"key": "uploads/missing.pdf"}}))
-    assert result["error"].startswith("input.pdf.key: no object 'uploads/missing.pdf'")
+    assert (result.error or "").startswith("input.pdf.key: no object 'uploads/missing.pdf'")
     s3.put_object(Bucket=bucket, Key="uploads/huge.pdf", Body=b"%PDF" + b"0" * 2_100_000)
     result = loop.run(worker.run("k4", {"pdf": {"key": "uploads/huge.pdf"}}))
-    assert "over the 2 MB limit" in result["error"]
+    assert "over the 2 MB limit" in (result.error or "")
 
 
 def test_rerun_reuses_pages_and_changed_prompt_recognizes_again(
@@ -189,14 +169,14 @@ def test_rerun_reuses_pages_and_changed_prompt_recognizes_again(
         "prompt": "markdown",
     }
     first = loop.run(worker.run("r1", job))
-    assert engine.calls == 3 and first["totals"]["reused"] == 0
+    assert engine.calls == 3 and first.totals.reused == 0
     again = loop.run(worker.run("r1", job))
     assert engine.calls == 3, "stored pages must not be recognized again"
-    assert [p["reused"] for p in again["pages"]] == [True] * 3
+    assert [p.reused for p in again.pages] == [True] * 3
     manifest = json.loads(get_text(s3_endpoint, bucket, "ocr/resume/manifest.json")[0])
     assert [p["reused"] for p in manifest["pages"]] == [True] * 3
     changed = loop.run(worker.run("r1", job | {"prompt": "plain"}))
-    assert engine.calls == 6 and changed["totals"]["reused"] == 0
+    assert engine.calls == 6 and changed.totals.reused == 0
 
 
 def test_retries_ride_out_500s_and_stalls(loop, make_worker, s3_endpoint: str, bucket: str) -> None:
@@ -216,11 +196,11 @@ def test_retries_ride_out_500s_and_stalls(loop, make_worker, s3_endpoint: str, b
         result = loop.run(worker.run("f1", pdf_job(samples.numbered_pages(2, lines=2), "flaky")))
     finally:
         proxy.close()
-    assert result["status"] == "ok", result.get("error")
+    assert result.status == "ok", result.error
     outcomes = [o for m, p, o in proxy.seen if m == "PUT" and "page-000" in p]
     assert outcomes.count("500") == 2 and outcomes.count("stall") == 1
-    for page in result["pages"]:
-        assert get_text(s3_endpoint, bucket, page["key"])[0]
+    for page in result.pages:
+        assert get_text(s3_endpoint, bucket, page.key or "")[0]
 
 
 def test_bucket_failing_past_retries_says_what_is_stored(
@@ -236,10 +216,10 @@ def test_bucket_failing_past_retries_says_what_is_stored(
         result = loop.run(worker.run("b1", pdf_job(samples.numbered_pages(4, lines=2), "broken")))
     finally:
         proxy.close()
-    assert result["status"] == "partial"
-    assert "Stored pages: 1-2; not stored: 3-4" in result["error"]
-    assert "InternalError" in result["error"]
-    statuses = {p["page"]: p["status"] for p in result["pages"]}
+    assert result.status == "partial" and result.retry
+    assert "Stored pages: 1-2; not stored: 3-4" in (result.error or "")
+    assert "InternalError" in (result.error or "")
+    statuses = {p.page: p.status for p in result.pages}
     assert statuses == {1: "ok", 2: "ok", 3: "failed", 4: "failed"}
     manifest = json.loads(get_text(s3_endpoint, bucket, "ocr/broken/manifest.json")[0])
     assert [p["status"] for p in manifest["pages"]] == ["ok", "ok", "failed", "failed"]
@@ -259,7 +239,7 @@ def auth_s3(tmp_path: Path) -> Iterator[str]:
     import sys
 
     port = free_port()
-    env = os.environ | {"INITIAL_NO_AUTH_ACTION_COUNT": "0"}
+    env = os.environ | {"INITIAL_NO_AUTH_ACTION_COUNT": "0"}  # (the session's, scrubbed)
     proc = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
         env=env,
@@ -279,9 +259,10 @@ def test_wrong_credentials_give_clear_error(loop, make_worker, auth_s3: str) -> 
     )
     job = {"pdf": {"base64": b64(samples.pdf_from_pages(samples.numbered_pages(1, lines=2)))}}
     result = loop.run(worker.run("w1", job))
-    assert result["status"] == "failed"
-    assert "access denied (403)" in result["error"]
-    assert "BUCKET_ACCESS_KEY_ID" in result["error"] and "Stored pages: none" in result["error"]
+    assert result.status == "failed" and result.retry
+    assert "access denied (403)" in (result.error or "")
+    assert "BUCKET_ACCESS_KEY_ID" in (result.error or "")
+    assert "Stored pages: none" in (result.error or "")
 
 
 def test_sixteen_jobs_at_once_into_one_bucket(
@@ -315,6 +296,6 @@ def test_uploads_overlap_recognition(loop, make_worker, s3_endpoint: str, bucket
         result = loop.run(worker.run("o1", job))
     finally:
         proxy.close()
-    assert result["status"] == "ok", result.get("error")
+    assert result.status == "ok", result.error
     held = [o for m, p, o in proxy.seen if m == "PUT" and p.endswith("page-0001.md")]
     assert held[0] == "released", "page 1's upload was released by the uploads of pages 2-3"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from vlm_ocr.contract import JobInput, parse_selection
 from vlm_ocr.errors import InputError
-from vlm_ocr.schema import JobInput, parse_selection
-from vlm_ocr.sources import select_pages
+from vlm_ocr.pipeline.sources import select_pages
 
 
 def error_of(raw: object) -> InputError:

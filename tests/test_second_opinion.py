@@ -5,42 +5,27 @@ flagged for review in the result and the manifest."""
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from vlm_ocr import samples
-from vlm_ocr.compare import agree, critical_differences
-from vlm_ocr.engines.base import EngineFacts, Recognition
+from vlm_ocr.pipeline.compare import agree, critical_differences
+from vlm_ocr.testing.fakes import FakeEngine
 
-from .conftest import make_settings, new_worker, pdf_job, run_job
+from .support import make_settings, new_worker, pdf_job, run_job
 
 
-class TruthEngine:
+def truth_engine(pages: list[list[str]], edits: dict[int, tuple[str, str]]) -> FakeEngine:
     """Answers each page (in order) with its true text, altered by `edits[n]` on page n."""
-
-    default_concurrency = 1
-
-    def __init__(self, pages: list[list[str]], edits: dict[int, tuple[str, str]]) -> None:
-        self.answers = [samples.page_text(p) for p in pages]
-        for n, (old, new) in edits.items():
-            assert old in self.answers[n - 1]
-            self.answers[n - 1] = self.answers[n - 1].replace(old, new)
-        self.facts = EngineFacts(name="truth", version="1")
-        self.failure = None
-
-    async def recognize(self, page: Any, prompt: Any) -> Recognition:
-        return Recognition(self.answers.pop(0), finish_reason="stop")
-
-    def fingerprint(self, prompt: Any) -> dict[str, Any]:
-        return {"engine": "truth"}
-
-    def terminate(self) -> None:
-        pass
+    answers = [samples.page_text(p) for p in pages]
+    for n, (old, new) in edits.items():
+        assert old in answers[n - 1]
+        answers[n - 1] = answers[n - 1].replace(old, new)
+    return FakeEngine(answers)
 
 
 def test_a_changed_article_number_is_flagged_for_review(tmp_path, loop, cpu_pool) -> None:
     pages = samples.numbered_pages(3, lines=3, first=11)
     # Page 2 is read with 第13條 for 第12條: one character, a different article.
-    engine = TruthEngine(pages, {2: ("第12條", "第13條")})
+    engine = truth_engine(pages, {2: ("第12條", "第13條")})
     settings = make_settings(tmp_path, job_max_concurrent_pages=1)
     worker = new_worker(loop, settings, engine, cpu_pool)
     try:
@@ -48,17 +33,17 @@ def test_a_changed_article_number_is_flagged_for_review(tmp_path, loop, cpu_pool
         result = run_job(loop, worker, job)
     finally:
         loop.run(worker.cpu_models.close())
-    assert result["status"] == "ok"
-    first, second, third = result["pages"]
-    assert second["review"] is True and "article: 第13條 ≠ 第12條" in second["differences"]
+    assert result.status == "ok"
+    first, second, third = result.pages
+    assert second.review is True and "article: 第13條 ≠ 第12條" in (second.differences or [])
     for page in (first, third):
-        assert page["review"] is False and page["differences"] == [], page
-        assert page["agreement"] >= 0.9
-    assert result["totals"]["review"] == 1
-    assert any("pages 2 to review" in note for note in result["notes"])
+        assert page.review is False and page.differences == [], page
+        assert (page.agreement or 0) >= 0.9
+    assert result.totals.review == 1
+    assert any("pages 2 to review" in note for note in result.notes)
     manifest = json.loads((tmp_path / "out/second/article/manifest.json").read_text())
     assert manifest["pages"][1]["review"] is True
-    assert manifest["pages"][1]["differences"] == second["differences"]
+    assert manifest["pages"][1]["differences"] == second.differences
 
 
 def test_the_cpu_engine_against_itself_agrees(tmp_path, loop, cpu_engine, cpu_pool) -> None:
@@ -68,11 +53,11 @@ def test_the_cpu_engine_against_itself_agrees(tmp_path, loop, cpu_engine, cpu_po
     try:
         pages = samples.numbered_pages(2, lines=2)
         result = run_job(loop, worker, pdf_job(pages, "second/self"))
-        assert result["totals"]["review"] == 0
-        assert all(p["agreement"] == 1.0 and p["review"] is False for p in result["pages"])
-        assert all(p["timings"]["second_opinion_wait_s"] >= 0 for p in result["pages"])
+        assert result.totals.review == 0
+        assert all(p.agreement == 1.0 and p.review is False for p in result.pages)
+        assert all(p.timings["second_opinion_wait_s"] >= 0 for p in result.pages)
         declined = run_job(loop, worker, pdf_job(pages, "second/no") | {"second_opinion": False})
-        assert all("agreement" not in p for p in declined["pages"])
+        assert all(p.agreement is None for p in declined.pages)
     finally:
         loop.run(worker.cpu_models.close())
 

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-from vlm_ocr.settings import settings_table
+from vlm_ocr.tools.settings_docs import settings_table
 
-ROOT = Path(__file__).resolve().parents[1]
+from .support import ROOT
 
 
 def readme_rows() -> dict[str, str]:

@@ -11,16 +11,17 @@ from typing import Any
 import pytest
 
 from vlm_ocr import samples
-from vlm_ocr.engines.base import EngineFacts, Recognition
+from vlm_ocr.contract import JobInput
 from vlm_ocr.engines.chat_client import ChatClient, Completion
+from vlm_ocr.engines.families.qwen import QwenVl
 from vlm_ocr.engines.vlm import ExternalServer, VlmEngine
 from vlm_ocr.errors import InputError
+from vlm_ocr.images import Budget
+from vlm_ocr.pipeline.render import pdf_page_image
 from vlm_ocr.prompts import resolve
-from vlm_ocr.render import Budget, pdf_page_image
-from vlm_ocr.schema import JobInput
-from vlm_ocr.settings import Settings
+from vlm_ocr.testing.fakes import FakeEngine
 
-from .conftest import b64, make_settings, new_worker, pdf_job, run_job
+from .support import b64, make_settings, new_worker, pdf_job, run_job
 
 INVOICE = {
     "type": "object",
@@ -54,15 +55,14 @@ def test_a_bad_schema_is_an_input_error(schema: dict, extra: dict, says: str) ->
 
 def test_the_cpu_engine_refuses_json_jobs(run) -> None:
     result = run({"pdf": {"base64": PDF}, "json_schema": INVOICE})
-    assert result["error"].startswith("input.json_schema: the rapidocr engine")
-    assert "ENGINE=vllm" in result["error"]
+    assert result.status == "failed" and not result.pages
+    assert (result.error or "").startswith("input.json_schema: the rapidocr engine")
+    assert "ENGINE=vllm" in (result.error or "")
 
 
 def test_the_schema_travels_with_the_request_and_keys_the_fingerprint() -> None:
     prompt = resolve(None, None, "markdown", INVOICE)
-    body = ChatClient.request_body(
-        "m", b"", prompt.text, temperature=0, max_tokens=5, schema=INVOICE
-    )
+    body = ChatClient.request_body("m", [], temperature=0, max_tokens=5, schema=INVOICE)
     assert body["response_format"] == {
         "type": "json_schema",
         "json_schema": {"name": "page", "schema": INVOICE, "strict": True},
@@ -73,17 +73,18 @@ def test_the_schema_travels_with_the_request_and_keys_the_fingerprint() -> None:
     assert resolve(None, "Read the invoice.", "markdown", INVOICE).text.startswith("Read the")
 
 
-class CannedServer(ExternalServer):
-    def __init__(self) -> None:
-        self.base_url, self.failure = "http://127.0.0.1:9", None
-
-
 def engine_answering(answers: list[str]) -> VlmEngine:
-    settings = Settings(engine="openai", openai_base_url="http://127.0.0.1:9", max_attempts=3)
-    engine = VlmEngine(settings, CannedServer())
+    settings = make_settings(max_attempts=3)
+    engine = VlmEngine(
+        settings.vlm,
+        settings.model,
+        ExternalServer("http://127.0.0.1:9"),
+        family=QwenVl(),
+        concurrency=1,
+    )
     engine.client = object()  # type: ignore[assignment]  (ask is replaced below)
 
-    async def ask(png: bytes, prompt: Any, temperature: float, seed: int = 0, **kw: Any):
+    async def ask(png: bytes, prompt: Any, attempt: Any, seed: int = 0, **kw: Any):
         return Completion(answers.pop(0), "stop", 10, 5)
 
     engine.ask = ask  # type: ignore[method-assign]
@@ -103,37 +104,18 @@ def test_invalid_json_is_asked_again_then_fails_clearly() -> None:
     assert "on all 3 attempts" in rec.problem
 
 
-class JsonEngine:
-    """Answers every page with the same invoice JSON (as a guided engine would)."""
-
-    default_concurrency = 2
-
-    def __init__(self) -> None:
-        self.facts = EngineFacts(name="json", version="1", json_output=True)
-        self.failure = None
-        self.prompts: list[Any] = []
-
-    async def recognize(self, page: Any, prompt: Any) -> Recognition:
-        self.prompts.append(prompt)
-        return Recognition('{\n  "vendor": "ACME Ltd",\n  "total": 12.5,\n  "currency": "EUR"\n}')
-
-    def fingerprint(self, prompt: Any) -> dict[str, Any]:
-        return {"engine": "json", "prompt_version": prompt.version}
-
-    def terminate(self) -> None:
-        pass
-
-
 def test_json_pages_are_stored_as_json_and_blank_pages_as_null(tmp_path, loop, cpu_pool) -> None:
-    engine = JsonEngine()
+    # Every page answered with the same invoice JSON, as a guided engine would.
+    invoice = '{\n  "vendor": "ACME Ltd",\n  "total": 12.5,\n  "currency": "EUR"\n}'
+    engine = FakeEngine(lambda page, prompt: invoice, json_output=True)
     worker = new_worker(loop, make_settings(tmp_path), engine, cpu_pool)
     pages = [["Invoice 7", "ACME Ltd", "Total 12.50 EUR"], []]  # the second page is blank
     result = run_job(loop, worker, pdf_job(pages, "inv/7") | {"json_schema": INVOICE})
-    assert result["status"] == "ok", result
-    first, blank = result["pages"]
-    assert first["key"] == "inv/7/page-0001.json" and blank["status"] == "blank"
+    assert result.status == "ok", result
+    first, blank = result.pages
+    assert first.key == "inv/7/page-0001.json" and blank.status == "blank"
     stored = json.loads((tmp_path / "out/inv/7/page-0001.json").read_text())
     assert stored == {"vendor": "ACME Ltd", "total": 12.5, "currency": "EUR"}
     assert json.loads((tmp_path / "out/inv/7/page-0002.json").read_text()) is None
     assert engine.prompts[0].schema == INVOICE
-    assert result["fingerprint"]["prompt_version"].startswith("1+")
+    assert result.fingerprint["prompt_version"].startswith("1+")

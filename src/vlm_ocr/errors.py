@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Literal
+
 
 class OcrError(Exception):
     """Base for errors the worker reports to the user rather than crashing on."""
@@ -16,12 +19,26 @@ class InputError(OcrError):
         super().__init__(f"{field}: {message}")
 
 
-class PageError(OcrError):
-    """One page could not be read, rendered or recognized; the other pages go on."""
+@dataclass(frozen=True)
+class JobStop:
+    """A failure outside a page's input that stops its whole job: the store refused a write, or
+    the engine is gone. The job is worth submitting again once that is mended."""
 
-    def __init__(self, stage: str, message: str) -> None:
+    kind: Literal["store", "engine"]
+    message: str
+
+
+class PageError(OcrError):
+    """The one way a page fails: it ends in that page's report, and the job's other pages go on.
+
+    `stage` names where it failed (fetch, decode, render, engine, store, internal); `stop` is
+    set when the cause also stops the job (the page sequence records the first one).
+    """
+
+    def __init__(self, stage: str, message: str, *, stop: JobStop | None = None) -> None:
         self.stage = stage
         self.message = message
+        self.stop = stop
         super().__init__(message)
 
 

@@ -19,6 +19,8 @@ class Prompt:
     text: str
     #: when set, the answer is JSON that validates against this schema (guided decoding)
     schema: dict[str, Any] | None = None
+    #: what the answer is: Markdown, or Qwen-VL's document-parsing HTML (blocks with boxes)
+    answer: str = "markdown"
 
     def for_schema(self, schema: dict[str, Any]) -> Prompt:
         """This prompt asking for JSON of `schema`; the schema's digest joins the version, so
@@ -60,12 +62,18 @@ PLAIN = """\
 Transcribe all text on this page exactly as written, in reading order, as plain text.
 Do not translate, summarize or add anything."""
 
+# Qwen-VL's own document-parsing mode: HTML whose elements carry `data-bbox` (Qwen3-VL: on a
+# 0-1000 grid of the page; Qwen2.5-VL: in pixels of the image its processor saw), so the page
+# comes back as blocks with boxes. The prompt is the one Qwen's cookbook uses.
+QWENVL_HTML = "qwenvl html"
+
 PRESETS: dict[str, Prompt] = {
     p.name: p
     for p in (
         Prompt("legal-zh-tw", "1", LEGAL_ZH_TW),
         Prompt("markdown", "1", MARKDOWN),
         Prompt("plain", "1", PLAIN),
+        Prompt("qwenvl-html", "1", QWENVL_HTML, answer="qwenvl-html"),
     )
 }
 

@@ -1,17 +1,21 @@
-"""Every environment variable the worker reads, declared once.
+"""Every environment variable the worker reads, declared once, grouped by what reads it.
 
-The README table, `.runpod/hub.json` and the Dockerfile's `ENV` lines are checked against this
-class by the test suite; `python -m vlm_ocr.settings` prints the README table.
+Each field of a group is one environment variable of the same name, upper-cased: `max_pixels` is
+`MAX_PIXELS`. A component takes the group it reads (`settings.fetch`, `settings.vllm`, ...), so
+its signature says what it depends on. `Settings.from_env(os.environ)` is the only place the
+process environment is read (the entry points call it); `Settings(**values)` reads nothing, so a
+test's settings are exactly what it names. The README table and `.runpod/hub.json` are generated
+from these declarations (`tools/settings_docs.py`) and checked against them by the test suite.
 """
 
 from __future__ import annotations
 
-import re
+from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
+from typing import Any, ClassVar
 
-from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class EngineKind(StrEnum):
@@ -29,43 +33,15 @@ MIN_SIDE = 256
 MAX_SIDE_LIMIT = 8192
 
 
-# Plumbing the image sets and an endpoint's form should not offer: paths and interpreters inside
-# the image, the engine's loopback port, local-development switches, the worker's internal
-# timeouts and pools, and the fan-out client's own settings. They stay settable as environment
-# variables; the Hub form leaves them out.
-HUB_OMITTED = frozenset(
-    {
-        "output_dir",
-        "allow_private_urls",
-        "render_processes",
-        "render_memory_mb",
-        "decode_pixels",
-        "bucket_connect_timeout_s",
-        "bucket_read_timeout_s",
-        "vllm_python",
-        "vllm_port",
-        "vllm_split_start",
-        "vllm_startup_timeout_s",
-        "hf_home",
-        "hf_hub_cache",
-        "hf_hub_offline",
-        "model_downloader",
-        "cuda_graph_sizes",
-        "request_timeout_s",
-        "cpu_model_processes",
-        "runpod_api_key",
-        "runpod_api_base",
-    }
-)
+class Group(BaseModel):
+    """One concern's settings. Frozen: the settings a component was given do not change."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class Settings(BaseSettings):
-    """Worker settings; each field is one environment variable of the same name, upper-cased."""
+class JobSettings(Group):
+    """How jobs run on one worker: prompts, page counts, concurrency, logs."""
 
-    # An empty variable in an endpoint's form means "not set", not "set to nothing".
-    model_config = SettingsConfigDict(case_sensitive=False, extra="ignore", env_ignore_empty=True)
-
-    # --- job pipeline -------------------------------------------------------------------------
     engine: EngineKind = Field(
         EngineKind.AUTO,
         description="`auto` (vLLM when a CUDA GPU and a model are present, else the CPU engine), "
@@ -76,53 +52,6 @@ class Settings(BaseSettings):
         description="Local results folder, used when no bucket is configured.",
     )
     default_prompt: str = Field("markdown", description="Prompt preset used when a job names none.")
-    max_pixels: int = Field(
-        1_600_000,
-        ge=MIN_PIXELS,
-        le=MAX_PIXELS_LIMIT,
-        description="Default page pixel budget (width × height) for rendering and for the model.",
-    )
-    max_image_pixels: int = Field(
-        50_000_000,
-        ge=MIN_PIXELS,
-        description="Largest source image accepted, in pixels (a 600 dpi A4 scan is 35 MP).",
-    )
-    decode_pixels: int = Field(
-        100_000_000,
-        ge=MIN_PIXELS,
-        description="Source pixels being decoded at once across all jobs; bounds decode memory.",
-    )
-    max_download_bytes: int = Field(
-        200_000_000, description="Largest document or image accepted from any source, in bytes."
-    )
-    max_job_bytes: int = Field(
-        500_000_000, description="Most bytes one job's inputs may add up to, from all sources."
-    )
-    download_timeout_s: float = Field(
-        60.0, description="Time limit for one URL download, in seconds."
-    )
-    fetch_timeout_s: float = Field(
-        600.0,
-        description="Time one job may spend fetching its inputs in all (wall time while any "
-        "download runs), in seconds.",
-    )
-    render_timeout_s: float = Field(
-        60.0, gt=0, description="Time limit for decoding or rendering one page, in seconds."
-    )
-    render_processes: int = Field(
-        0, ge=0, description="Processes that decode and render pages; 0 = one per CPU core."
-    )
-    render_memory_mb: int = Field(
-        4096,
-        ge=0,
-        description="Memory one page may take in a render process beyond what the process "
-        "has mapped at start (0 = no limit), MB.",
-    )
-    allow_private_urls: bool = Field(
-        False,
-        description="Allow `http://` and private, loopback or link-local URL targets. "
-        "Only for local development and tests.",
-    )
     max_pages_per_job: int = Field(2000, description="Most pages one job may select.")
     job_max_concurrent_pages: int = Field(
         0,
@@ -142,7 +71,72 @@ class Settings(BaseSettings):
     )
     log_level: str = Field("INFO", description="Python log level.")
 
-    # --- bucket (Cloudflare R2 or any S3 endpoint) --------------------------------------------
+    @field_validator("log_level")
+    @classmethod
+    def _upper(cls, value: str) -> str:
+        return value.upper()
+
+
+class RenderSettings(Group):
+    """Turning files into page images: the pixel budget, decode limits, the render processes."""
+
+    max_pixels: int = Field(
+        1_600_000,
+        ge=MIN_PIXELS,
+        le=MAX_PIXELS_LIMIT,
+        description="Default page pixel budget (width × height) for rendering and for the model.",
+    )
+    max_image_pixels: int = Field(
+        50_000_000,
+        ge=MIN_PIXELS,
+        description="Largest source image accepted, in pixels (a 600 dpi A4 scan is 35 MP).",
+    )
+    decode_pixels: int = Field(
+        100_000_000,
+        ge=MIN_PIXELS,
+        description="Source pixels being decoded at once across all jobs; bounds decode memory.",
+    )
+    render_timeout_s: float = Field(
+        60.0, gt=0, description="Time limit for decoding or rendering one page, in seconds."
+    )
+    render_processes: int = Field(
+        0, ge=0, description="Processes that decode and render pages; 0 = one per CPU core."
+    )
+    render_memory_mb: int = Field(
+        4096,
+        ge=0,
+        description="Memory one page may take in a render process beyond what the process "
+        "has mapped at start (0 = no limit), MB.",
+    )
+
+
+class FetchSettings(Group):
+    """Fetching a job's files: sizes, time limits, which hosts."""
+
+    max_download_bytes: int = Field(
+        200_000_000, description="Largest document or image accepted from any source, in bytes."
+    )
+    max_job_bytes: int = Field(
+        500_000_000, description="Most bytes one job's inputs may add up to, from all sources."
+    )
+    download_timeout_s: float = Field(
+        60.0, description="Time limit for one URL download, in seconds."
+    )
+    fetch_timeout_s: float = Field(
+        600.0,
+        description="Time one job may spend fetching its inputs in all (wall time while any "
+        "download runs), in seconds.",
+    )
+    allow_private_urls: bool = Field(
+        False,
+        description="Allow `http://` and private, loopback or link-local URL targets. "
+        "Only for local development and tests.",
+    )
+
+
+class BucketSettings(Group):
+    """The bucket (Cloudflare R2 or any S3 endpoint) for results and inputs named by key."""
+
     bucket_endpoint_url: str | None = Field(
         None, description="S3 endpoint, for R2 `https://<ACCOUNT_ID>.r2.cloudflarestorage.com`."
     )
@@ -161,12 +155,77 @@ class Settings(BaseSettings):
     bucket_connect_timeout_s: float = Field(5.0, description="Bucket connect timeout, seconds.")
     bucket_read_timeout_s: float = Field(30.0, description="Bucket read timeout, seconds.")
 
-    # --- GPU engine (vLLM) --------------------------------------------------------------------
+    @property
+    def configured(self) -> bool:
+        return bool(self.bucket_name)
+
+
+class ModelSettings(Group):
+    """Which model, and where its files are."""
+
     model_name: str = Field(
         DEFAULT_MODEL, description="Model: a Hugging Face id or a local directory."
     )
-    model_revision: str | None = Field(None, description="Model revision (commit or tag).")
+    model_revision: str | None = Field(
+        None,
+        description="Model revision (commit or tag); unset: the default branch, resolved to its "
+        "commit when the weights are baked or downloaded (that commit keys the stored texts).",
+    )
+    model_family: str | None = Field(
+        None,
+        description="The model's family: `qwen-vl`, `qwen3.5`, `olmocr`, `chandra`, `dots-ocr` or "
+        "`lighton-ocr`; unset: told from the model's config.json (`architectures`) and its name.",
+    )
+    hf_home: str | None = Field(
+        None,
+        description="Hugging Face home; the image bakes the weights into its cache here "
+        "(`/models/hf`) with a record of what was baked (`baked-model.json`).",
+    )
+    hf_hub_cache: str | None = Field(
+        None,
+        description="Hugging Face hub cache, when not `HF_HOME/hub`; where `ENGINE=auto` looks for "
+        "the model (the engine reads it too).",
+    )
+    hf_hub_offline: bool = Field(
+        True,
+        description="Never contact the Hugging Face hub at run time: weights are baked into the "
+        "image or MODEL_NAME is a local directory. `false` (the Hub image): the worker downloads "
+        "the model at start into the network volume, once per endpoint.",
+    )
+    model_downloader: str = Field(
+        "/opt/builder/download_model.py",
+        description="The script that downloads and checks a model when `HF_HUB_OFFLINE` is "
+        "false (the Hub image, which bakes no weights), run with `VLLM_PYTHON`.",
+    )
+
+
+class VlmSettings(Group):
+    """Page requests to a vision-language model's server: its address, answer length, attempts."""
+
     served_model_name: str = Field("ocr", description="Name the engine serves the model under.")
+    openai_base_url: str | None = Field(
+        None, description="Base URL of an external OpenAI-compatible server (`ENGINE=openai`)."
+    )
+    openai_api_key: str | None = Field(None, description="API key for `OPENAI_BASE_URL`.")
+    max_tokens: int = Field(
+        0,
+        ge=0,
+        description="Output token cap per page request; 0 = the model family's own (4096 for "
+        "Qwen chat VLMs, 8000 olmOCR, 12384 Chandra, 16384 dots.ocr, 4096 LightOnOCR).",
+    )
+    max_attempts: int = Field(
+        0,
+        ge=0,
+        description="Attempts per page while its answer stops by length or repetition or is not "
+        "in the family's format; 0 = the family's own ladder (4 for Qwen chat VLMs, 8 olmOCR, 7 "
+        "Chandra, 4 dots.ocr and LightOnOCR).",
+    )
+    request_timeout_s: float = Field(600.0, description="Time limit for one page request.")
+
+
+class VllmSettings(Group):
+    """The vLLM server the worker starts: its flags, interpreter, port and start-up."""
+
     gdn_prefill_backend: str = Field(
         "triton",
         description="`--gdn-prefill-backend`; `triton` avoids the FlashInfer kernel that is "
@@ -178,7 +237,12 @@ class Settings(BaseSettings):
         "capability 8.9 or newer (Ada, Hopper, Blackwell), `auto` (the model's dtype) on older "
         "ones such as A100 and A40, which have no fp8 KV cache; the choice is in the engine facts.",
     )
-    max_model_len: int = Field(8192, description="`--max-model-len` (prompt + output tokens).")
+    max_model_len: int = Field(
+        0,
+        ge=0,
+        description="`--max-model-len` (prompt + output tokens); 0 = the model family's own "
+        "(8192 for Qwen chat VLMs, 16384 olmOCR and LightOnOCR, 18000 Chandra, 24576 dots.ocr).",
+    )
     max_num_seqs: int = Field(
         0,
         ge=0,
@@ -220,38 +284,11 @@ class Settings(BaseSettings):
     vllm_startup_timeout_s: float = Field(
         900.0, description="Time allowed from spawning the server to a healthy warm engine."
     )
-    hf_home: str | None = Field(
-        None,
-        description="Hugging Face home; the image bakes the weights into its cache here "
-        "(`/models/hf`) with a record of what was baked (`baked-model.json`).",
-    )
-    hf_hub_cache: str | None = Field(
-        None,
-        description="Hugging Face hub cache, when not `HF_HOME/hub`; where `ENGINE=auto` looks for "
-        "the model (the engine reads it too).",
-    )
-    hf_hub_offline: bool = Field(
-        True,
-        description="Never contact the Hugging Face hub at run time: weights are baked into the "
-        "image or MODEL_NAME is a local directory. `false` (the Hub image): the worker downloads "
-        "the model at start into the network volume, once per endpoint.",
-    )
-    model_downloader: str = Field(
-        "/opt/builder/download_model.py",
-        description="The script that downloads and checks a model when `HF_HUB_OFFLINE` is "
-        "false (the Hub image, which bakes no weights), run with `VLLM_PYTHON`.",
-    )
-    openai_base_url: str | None = Field(
-        None, description="Base URL of an external OpenAI-compatible server (`ENGINE=openai`)."
-    )
-    openai_api_key: str | None = Field(None, description="API key for `OPENAI_BASE_URL`.")
-    max_tokens: int = Field(4096, ge=16, description="Output token cap per page request.")
-    max_attempts: int = Field(
-        4, ge=1, description="Attempts per page when it stops by length or repetition."
-    )
-    request_timeout_s: float = Field(600.0, description="Time limit for one page request.")
 
-    # --- the CPU engine's models beside the engine: orientation, second opinion -------------
+
+class CpuModelSettings(Group):
+    """The CPU engine's models beside the GPU engine: page orientation, the second opinion."""
+
     auto_rotate: bool = Field(
         True,
         description="Turn scanned pages (images, PDF pages without a text layer) upright when "
@@ -275,7 +312,10 @@ class Settings(BaseSettings):
         "engine, page orientation and the second opinion; 0 = half the CPU cores.",
     )
 
-    # --- the fan-out client (`vlm-ocr submit`), not the worker -----------------------------
+
+class ClientSettings(Group):
+    """The fan-out client (`vlm-ocr submit`), not the worker."""
+
     runpod_api_key: str | None = Field(
         None, description="RunPod API key for `vlm-ocr submit` (client side; never logged)."
     )
@@ -284,98 +324,81 @@ class Settings(BaseSettings):
         description="RunPod's endpoint API base URL for `vlm-ocr submit`.",
     )
 
-    @field_validator("log_level")
-    @classmethod
-    def _upper(cls, value: str) -> str:
-        return value.upper()
 
-    @property
-    def bucket_configured(self) -> bool:
-        return bool(self.bucket_name)
+class Settings(BaseModel):
+    """All settings, one group per concern. Built from flat values: `Settings(max_pixels=…)`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    job: JobSettings = Field(default_factory=JobSettings)
+    render: RenderSettings = Field(default_factory=RenderSettings)
+    fetch: FetchSettings = Field(default_factory=FetchSettings)
+    bucket: BucketSettings = Field(default_factory=BucketSettings)
+    model: ModelSettings = Field(default_factory=ModelSettings)
+    vlm: VlmSettings = Field(default_factory=VlmSettings)
+    vllm: VllmSettings = Field(default_factory=VllmSettings)
+    cpu_models: CpuModelSettings = Field(default_factory=CpuModelSettings)
+    client: ClientSettings = Field(default_factory=ClientSettings)
+
+    #: field name -> the group that declares it (each name is declared once)
+    GROUP_OF: ClassVar[dict[str, str]]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nest(cls, data: Any) -> Any:
+        """Flat values (`max_pixels=…`, as the environment gives them) into their groups."""
+        if not isinstance(data, Mapping):
+            return data
+        nested: dict[str, dict[str, Any]] = {}
+        for name, value in data.items():
+            if name in cls.model_fields:  # a whole group
+                nested.setdefault(name, {}).update(dict(value))
+            elif name in cls.GROUP_OF:
+                nested.setdefault(cls.GROUP_OF[name], {})[name] = value
+            else:
+                raise ValueError(f"unknown setting {name!r}")
+        return nested
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> Settings:
+        """The settings an environment gives (names case-insensitive; an empty variable, as an
+        endpoint's form leaves it, means unset). Variables that are no setting are ignored."""
+        by_name = {k.lower(): v for k, v in environ.items() if v != ""}
+        return cls(**{name: by_name[name] for name in cls.GROUP_OF if name in by_name})
+
+    def with_(self, **values: Any) -> Settings:
+        """A copy with some flat values changed, validated as the environment's would be."""
+        return Settings(**(self.flat() | values))
+
+    def flat(self) -> dict[str, Any]:
+        """Every setting by its flat name."""
+        return {k: v for group in self.model_fields for k, v in dict(getattr(self, group)).items()}
+
+
+def _groups() -> dict[str, str]:
+    owners: dict[str, str] = {}
+    for group, field in Settings.model_fields.items():
+        assert field.annotation is not None
+        for name in field.annotation.model_fields:
+            if name in Settings.model_fields:
+                raise TypeError(f"setting {name!r} has the name of a group")
+            if name in owners:
+                raise TypeError(f"setting {name!r} is declared in {owners[name]} and {group}")
+            owners[name] = group
+    return owners
+
+
+Settings.GROUP_OF = _groups()
 
 
 def env_name(field: str) -> str:
     return field.upper()
 
 
-def settings_table() -> list[tuple[str, str, str]]:
-    """(variable, default, description) for every setting, in declaration order."""
-    rows = []
-    for name, field in Settings.model_fields.items():
-        default = field.default
-        if default is None:
-            shown = ""
-        elif isinstance(default, bool):
-            shown = str(default).lower()
-        elif isinstance(default, StrEnum):
-            shown = default.value
-        else:
-            shown = str(default)
-        rows.append((env_name(name), shown, field.description or ""))
-    return rows
-
-
-def markdown_table() -> str:
-    lines = ["| Variable | Default | What it does |", "|---|---|---|"]
-    for var, default, desc in settings_table():
-        lines.append(f"| `{var}` | {f'`{default}`' if default else '—'} | {desc} |")
-    return "\n".join(lines)
-
-
-def image_env(dockerfile: str) -> dict[str, str]:
-    """The settings a Dockerfile's `ENV` lines give the image (`${ARG}` values left out)."""
-    text = dockerfile.replace("\\\n", " ")
-    env: dict[str, str] = {}
-    for line in text.splitlines():
-        if line.startswith("ENV "):
-            for key, value in re.findall(r"([A-Z][A-Z0-9_]*)=(\S+)", line):
-                if not value.startswith("$"):
-                    env[key] = value
-    return env
-
-
-def hub_env(image: dict[str, str] | None = None) -> list[dict[str, object]]:
-    """The `config.env` entries of `.runpod/hub.json`: every setting but the plumbing
-    (`HUB_OMITTED`), each with the default the image runs with (its `ENV`, else the code's)."""
-    image = image or {}
-    entries: list[dict[str, object]] = []
-    for name, field in Settings.model_fields.items():
-        if name in HUB_OMITTED:
-            continue
-        kind = field.annotation
-        text = str(kind)
-        if kind is bool:
-            hub_type = "boolean"
-        elif kind in (int, float):
-            hub_type = "number"
-        else:
-            hub_type = "string"
-        spec: dict[str, object] = {
-            "name": name.replace("_", " ").title().replace("Vllm", "vLLM").replace("Gpu", "GPU"),
-            "type": hub_type,
-            "description": (field.description or "").replace("`", ""),
-        }
-        default = field.default
-        if env_name(name) in image:
-            default = Settings(**{name: image[env_name(name)]}).model_dump()[name]
-        if default is not None:
-            spec["default"] = (
-                default.value
-                if isinstance(default, StrEnum)
-                else (str(default) if isinstance(default, Path) else default)
-            )
-        if "EngineKind" in text:
-            spec["options"] = [{"label": k.value, "value": k.value} for k in EngineKind]
-        entries.append({"key": env_name(name), "input": spec})
-    return entries
-
-
-if __name__ == "__main__":
-    import json
-    import sys
-
-    if sys.argv[1:2] == ["--hub-env"]:  # --hub-env DOCKERFILE
-        image = image_env(Path(sys.argv[2]).read_text()) if sys.argv[2:] else {}
-        print(json.dumps(hub_env(image), ensure_ascii=False, indent=2))
-    else:
-        print(markdown_table())
+def declared_fields() -> list[tuple[str, Any]]:
+    """(flat name, pydantic field) of every setting, in declaration order."""
+    return [
+        (name, field)
+        for group in Settings.model_fields.values()
+        for name, field in group.annotation.model_fields.items()  # type: ignore[union-attr]
+    ]

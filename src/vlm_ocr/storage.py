@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
 from .errors import StorageError
+from .settings import BucketSettings
 
 TEXT_TYPE = "text/markdown; charset=utf-8"
 JSON_TYPE = "application/json"
@@ -226,7 +227,11 @@ class Bucket:
         self._pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="s3")
 
     @classmethod
-    def from_settings(cls, settings: Any) -> Bucket:
+    def from_settings(cls, settings: BucketSettings) -> Bucket:
+        if bool(settings.bucket_access_key_id) != bool(settings.bucket_secret_access_key):
+            raise ValueError(
+                "set both BUCKET_ACCESS_KEY_ID and BUCKET_SECRET_ACCESS_KEY, or neither"
+            )
         import boto3
 
         client = boto3.client(
@@ -240,6 +245,7 @@ class Bucket:
                 settings.bucket_read_timeout_s,
             ),
         )
+        assert settings.bucket_name, "BUCKET_NAME is not set"
         return cls(client, settings.bucket_name)
 
     async def run(self, fn: Any, /, *args: Any) -> Any:
@@ -281,7 +287,7 @@ class S3Store:
         self.presign_expires_s = presign_expires_s
 
     @classmethod
-    def from_settings(cls, settings: Any, bucket: Bucket | None = None) -> S3Store:
+    def from_settings(cls, settings: BucketSettings, bucket: Bucket | None = None) -> S3Store:
         return cls(
             bucket or Bucket.from_settings(settings),
             prefix=settings.bucket_prefix,

@@ -1,0 +1,173 @@
+"""What the tests share: settings built from nothing but what a test names, workers on the
+session's loop, real pages and PDFs, and the handler under the RunPod SDK's local API server.
+
+Test modules import helpers from here, never from each other; fixtures live in conftest.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import json
+import struct
+import subprocess
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+import pymupdf
+from PIL import Image
+
+from vlm_ocr import samples
+from vlm_ocr.contract import JobResult
+from vlm_ocr.entry.runtime import WorkerLoop
+from vlm_ocr.loopback import free_port
+from vlm_ocr.pipeline.assemble import build_worker
+from vlm_ocr.pipeline.cpu_pool import CpuPool
+from vlm_ocr.pipeline.textsim import similarity
+from vlm_ocr.pipeline.worker import Worker
+from vlm_ocr.settings import Settings
+from vlm_ocr.testing import local_endpoint
+
+ROOT = Path(__file__).resolve().parents[2]
+# Small pages keep the CPU engine quick; text at this budget still reads cleanly.
+TEST_PIXELS = 700_000
+
+__all__ = ["ROOT", "TEST_PIXELS", "free_port", "wait_for_http"]
+wait_for_http = local_endpoint.wait_for_http
+
+
+def make_settings(tmp_path: Path | None = None, **values: Any) -> Settings:
+    """Settings from nothing but these values (the environment is never read): results in
+    `tmp_path/out`, small pages, and orientation off except where a test is about it (it costs
+    a second of CPU per scanned page and processes of its own)."""
+    base: dict[str, Any] = {"max_pixels": TEST_PIXELS, "auto_rotate": False}
+    if tmp_path is not None:
+        base["output_dir"] = tmp_path / "out"
+    return Settings(**(base | values))
+
+
+def new_worker(
+    loop: WorkerLoop, settings: Settings, engine: Any, pool: CpuPool, store: Any = None
+) -> Worker:
+    """A worker on the session's loop and render pool, with the store the settings select
+    (or `store`)."""
+    if store is not None:
+        return Worker(settings, engine, store, pool=pool)
+    return build_worker(settings, engine, pool=pool)
+
+
+def run_job(loop: WorkerLoop, worker: Worker, job: Any, job_id: str = "job-1") -> JobResult:
+    return loop.run(worker.run(job_id, job))
+
+
+def gather(loop: WorkerLoop, coros: list[Coroutine[Any, Any, Any]]) -> list[Any]:
+    async def all_of() -> list[Any]:
+        return await asyncio.gather(*coros)
+
+    return loop.run(all_of())
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def png_bytes(image: Image.Image, fmt: str = "PNG", **kw: Any) -> bytes:
+    buf = io.BytesIO()
+    image.save(buf, format=fmt, **kw)
+    return buf.getvalue()
+
+
+def page_image(paragraphs: list[str]) -> Image.Image:
+    """A real rendered page (via PyMuPDF) as a Pillow image."""
+    doc = pymupdf.open(stream=samples.pdf_from_pages([paragraphs]), filetype="pdf")
+    pix = doc[0].get_pixmap(dpi=100, alpha=False)
+    return Image.frombytes("RGB", (pix.width, pix.height), pix.samples)
+
+
+def pdf_job(pages: list[list[str]], prefix: str) -> dict[str, Any]:
+    return {"pdf": {"base64": b64(samples.pdf_from_pages(pages))}, "output_prefix": prefix}
+
+
+def stored_text(settings: Settings, key: str | None) -> str:
+    assert key, "the page has no stored text"
+    return (settings.job.output_dir / key).read_text(encoding="utf-8")
+
+
+def run_sixteen_jobs(
+    loop: WorkerLoop, worker: Worker, prefix: str, read: Callable[[str], str]
+) -> None:
+    """16 two-page jobs at once on one worker; every stored page must hold its own page's text
+    (each page carries a code unique across all jobs, so a mix-up between jobs shows too)."""
+    docs = {j: samples.numbered_pages(2, lines=2) for j in range(16)}
+    for j, pages in docs.items():
+        for n, page in enumerate(pages):
+            page.insert(0, f"Job {j} sheet {n + 1} code {j * 1000 + n * 17 + 4242}")
+    jobs = [worker.run(f"job-{j}", pdf_job(pages, f"{prefix}/{j}")) for j, pages in docs.items()]
+    for j, result in enumerate(gather(loop, jobs)):
+        assert result.status == "ok", result.error
+        for page, truth in zip(result.pages, docs[j], strict=True):
+            text = read(page.key or "")
+            assert similarity(text, samples.page_text(truth)) >= 0.9, (j, text)
+
+
+def handler_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """The environment of a worker process: no setting of the developer's shell, results in
+    `tmp_path/out`, the SDK quiet, plus `extra`."""
+    return local_endpoint.worker_environ(
+        **{"OUTPUT_DIR": str(tmp_path / "out"), "RUNPOD_LOG_LEVEL": "ERROR"} | extra
+    )
+
+
+def start_api(
+    env: dict[str, str], *, timeout_s: float, **popen: Any
+) -> tuple[subprocess.Popen[Any], str]:
+    """`handler.py --rp_serve_api` (the RunPod SDK's local API server) on a free loopback port,
+    answering: the process and its URL."""
+    return local_endpoint.start_api(ROOT / "handler.py", env, timeout_s=timeout_s, **popen)
+
+
+# --- files that are hard to make by hand --------------------------------------------------------
+
+
+def pdf_with_zero_pages() -> bytes:
+    objs = [b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [] /Count 0 >>"]
+    out, offsets = bytearray(b"%PDF-1.4\n"), []
+    for i, body in enumerate(objs, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % i + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 3\n0000000000 65535 f \n"
+    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    out += b"trailer\n<< /Size 3 /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % xref
+    return bytes(out)
+
+
+def encrypted_pdf() -> bytes:
+    doc = pymupdf.open(stream=samples.pdf_from_pages([["secret"]]), filetype="pdf")
+    return doc.tobytes(encryption=pymupdf.PDF_ENCRYPT_AES_256, owner_pw="o", user_pw="u")
+
+
+def write_safetensors(path: Path, floats: int) -> None:
+    header = json.dumps({"w": {"dtype": "F32", "shape": [floats], "data_offsets": [0, 4 * floats]}})
+    raw = header.encode()
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + b"\0" * (4 * floats))
+
+
+def make_snapshot(folder: Path, config: dict[str, Any] | None = None) -> Path:
+    """A model folder as the hub client lays one out: config, tokenizer, two indexed shards."""
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps(config or {"model_type": "qwen3_vl"}))
+    (folder / "tokenizer.json").write_text("{}")
+    write_safetensors(folder / "model-00001-of-00002.safetensors", 1000)
+    write_safetensors(folder / "model-00002-of-00002.safetensors", 500)
+    index = {
+        "metadata": {"total_size": 6000},
+        "weight_map": {
+            "a": "model-00001-of-00002.safetensors",
+            "b": "model-00002-of-00002.safetensors",
+        },
+    }
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    return folder

@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+from ..images import Budget, PageImage
 from ..prompts import Prompt
-from ..render import PageImage
+
+if TYPE_CHECKING:
+    from .families import Reading
 
 
 @dataclass
 class Recognition:
     """One page's text and how it was produced.
 
-    `ok` is False when the page ended badly on every attempt (length, repetition); `text` then
-    holds the best partial text, which the pipeline stores apart from good pages.
+    `ok` is False when the page ended badly on every attempt (length, repetition, an answer not
+    in the model's format); `text` then holds the best partial text, which the pipeline stores
+    apart from good pages, unless `fallback` allows a PDF page's own text layer instead.
+    `reading` is the answer as the model's family read it: its blocks, flags and hints.
     """
 
     text: str
@@ -25,6 +30,8 @@ class Recognition:
     output_tokens: int | None = None
     seconds: float = 0.0
     problem: str | None = None
+    reading: Reading | None = None
+    fallback: bool = False
 
 
 @dataclass
@@ -41,6 +48,18 @@ class EngineFacts:
     details: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class EngineOptions:
+    """Ways to run an engine other than its production defaults, for measuring and comparing."""
+
+    #: every answer exactly this many tokens (`ignore_eos`), taken as it comes on the first
+    #: attempt: like-for-like throughput figures on dummy weights, whose text is noise
+    exact_output_tokens: int | None = None
+    #: the CPU engine joins lines in the order its detector found them, not in reading order:
+    #: the baseline `vlm-ocr eval --detection-order` measures the reading order against
+    detection_order: bool = False
+
+
 class Engine(Protocol):
     facts: EngineFacts
     #: pages the engine should have in flight at once, across all jobs
@@ -51,6 +70,17 @@ class Engine(Protocol):
         ...
 
     async def recognize(self, page: PageImage, prompt: Prompt) -> Recognition: ...
+
+    def budget(self, max_pixels: int) -> Budget:
+        """How pages are rendered for this engine's model (`max_pixels`: MAX_PIXELS)."""
+        ...
+
+    def prompt_for(
+        self, preset: str | None, custom: str | None, schema: dict[str, Any] | None
+    ) -> Prompt:
+        """The prompt a job's pages are read with, or InputError naming the field when the
+        model takes none of the kind the job asks for."""
+        ...
 
     def fingerprint(self, prompt: Prompt) -> dict[str, Any]:
         """Everything that decides the text for a given image: stored results are reused only

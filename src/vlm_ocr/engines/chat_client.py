@@ -36,6 +36,8 @@ class Completion:
     finish_reason: str | None
     prompt_tokens: int | None
     output_tokens: int | None
+    #: what a reasoning parser split off the answer (none when thinking is off)
+    reasoning: str | None = None
 
 
 class ChatClient:
@@ -62,37 +64,35 @@ class ChatClient:
         )
 
     @staticmethod
+    def image_url(png: bytes) -> str:
+        return "data:image/png;base64," + base64.b64encode(png).decode()
+
+    @staticmethod
     def request_body(
         model: str,
-        png: bytes,
-        prompt: str,
+        content: list[dict[str, Any]],
         *,
         temperature: float,
         max_tokens: int,
+        top_p: float | None = None,
         seed: int = 0,
         ignore_eos: bool = False,
         schema: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """One page's request. `ignore_eos` makes every answer exactly `max_tokens` long, for
-        benchmarks that must compare like with like."""
-        image_url = "data:image/png;base64," + base64.b64encode(png).decode()
+        """One page's request: one user message of `content` (the page and its prompt, as the
+        model's family lays them out). `ignore_eos` makes every answer exactly `max_tokens`
+        long, for benchmarks that must compare like with like."""
         body: dict[str, Any] = {
             "model": model,
-            "messages": [
-                {
-                    "role": "user",
-                    "content": [
-                        {"type": "image_url", "image_url": {"url": image_url}},
-                        {"type": "text", "text": prompt},
-                    ],
-                }
-            ],
+            "messages": [{"role": "user", "content": content}],
             "max_tokens": max_tokens,
             "temperature": temperature,
             "seed": seed,  # retries at a raised temperature are reproducible too
-            # Qwen3.5 and other reasoning models think for minutes per page otherwise.
+            # Reasoning models (Qwen3.5 and its fine-tunes) think for minutes per page otherwise.
             "chat_template_kwargs": {"enable_thinking": False},
         }
+        if top_p is not None:
+            body["top_p"] = top_p
         if ignore_eos:
             body["ignore_eos"] = True
         else:
@@ -117,12 +117,14 @@ class ChatClient:
             )
         data = resp.json()
         choice = data["choices"][0]
+        message = choice.get("message") or {}
         usage = data.get("usage") or {}
         return Completion(
-            text=choice["message"].get("content") or "",
+            text=message.get("content") or "",
             finish_reason=choice.get("finish_reason"),
             prompt_tokens=usage.get("prompt_tokens"),
             output_tokens=usage.get("completion_tokens"),
+            reasoning=message.get("reasoning") or message.get("reasoning_content") or None,
         )
 
     async def close(self) -> None:

@@ -1,6 +1,8 @@
 """The model's weights at start, for an image that bakes none (the RunPod Hub variant).
 
-With `HF_HUB_OFFLINE=false` the worker runs the builder's download script (`MODEL_DOWNLOADER`)
+With `HF_HUB_OFFLINE=false` the worker first looks where RunPod's cached-models feature puts an
+endpoint's model (`/runpod-volume/huggingface-cache/hub`) and uses it from there when it is
+whole. Otherwise it runs the builder's download script (`MODEL_DOWNLOADER`)
 with the engine's interpreter before it starts the engine: into the network volume's Hugging Face
 cache when one is mounted (the workers of an endpoint share it, and a lock file there makes them
 download once), into the container otherwise (each cold start then downloads again, and the log
@@ -15,31 +17,32 @@ import json
 import logging
 import os
 import re
-from pathlib import Path
 from typing import Any
 
 from ..errors import EngineError
-from ..settings import Settings
+from .model_files import ModelFiles
 
 log = logging.getLogger(__name__)
-NETWORK_VOLUME = Path("/runpod-volume")  # where RunPod mounts a serverless network volume
 
 
-def download_home(settings: Settings, volume: Path = NETWORK_VOLUME) -> Path:
-    """Where the Hugging Face cache for downloaded models lives."""
-    if settings.hf_home:
-        return Path(settings.hf_home)
-    if volume.is_dir():
-        return volume / "hf"
-    return Path.home() / ".cache" / "huggingface"
-
-
-async def ensure_model(settings: Settings, volume: Path = NETWORK_VOLUME) -> dict[str, Any] | None:
-    """Download and check the model unless the image has it; returns the download record (or
-    None when nothing had to be downloaded). The engine must then read HF_HOME = `home`."""
-    if settings.hf_hub_offline or Path(settings.model_name).is_dir():
+async def ensure_model(files: ModelFiles, python: str) -> dict[str, Any] | None:
+    """Download and check the model unless the image has it, running the download script with
+    `python` (the engine's interpreter); returns the download record (or None when nothing had
+    to be downloaded). The engine must then read HF_HOME = `home`."""
+    settings = files.settings
+    if settings.hf_hub_offline or files.local_dir() is not None:
         return None
-    home = download_home(settings, volume)
+    cached = files.snapshot(files.runpod_cache())
+    if cached is not None:
+        log.info("model %s: RunPod's model cache has it (%s)", settings.model_name, cached[0])
+        return {
+            "repo": settings.model_name,
+            "revision": settings.model_revision,
+            "resolved_commit": cached[1],
+            "hub_cache": str(files.runpod_cache()),
+        }
+    home = files.download_home()
+    volume = files.volume
     if not str(home).startswith(str(volume)):
         log.warning(
             "no network volume at %s: downloading %s into the container; every cold start will "
@@ -50,7 +53,7 @@ async def ensure_model(settings: Settings, volume: Path = NETWORK_VOLUME) -> dic
     slug = re.sub(r"[^A-Za-z0-9._-]+", "--", settings.model_name)
     record = home / "downloaded" / f"{slug}.json"
     argv = [
-        settings.vllm_python,
+        python,
         settings.model_downloader,
         "--model",
         settings.model_name,

@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 
 from ..errors import EngineError
-from ..prompts import Prompt
-from ..reading_order import Line, to_text
-from ..render import PageImage
+from ..images import Budget, PageImage
+from ..prompts import Prompt, resolve
 from .base import EngineFacts, Recognition
+from .reading_order import Line, to_text
 
 log = logging.getLogger(__name__)
 
@@ -26,9 +26,10 @@ log = logging.getLogger(__name__)
 class RapidOcrEngine:
     default_concurrency = 1  # onnxruntime already uses every core for one page
 
-    def __init__(self, *, detection_order: bool = False) -> None:
+    def __init__(self, *, detection_order: bool = False, default_prompt: str = "markdown") -> None:
         """`detection_order` joins lines as the detector returns them: the baseline `vlm-ocr
         eval --detection-order` compares the reading order against."""
+        self.default_prompt = default_prompt
         version = importlib.metadata.version("rapidocr")
         self.facts = EngineFacts(
             name="rapidocr",
@@ -46,7 +47,7 @@ class RapidOcrEngine:
 
     async def start(self, warmup: PageImage) -> None:
         t0 = time.perf_counter()
-        self._ocr = await asyncio.to_thread(_load)
+        self._ocr = await asyncio.to_thread(load_ocr)
         loaded = time.perf_counter()
         result = await self.recognize(warmup, prompt=None)
         if not result.text.strip():
@@ -67,6 +68,14 @@ class RapidOcrEngine:
     def _read(self, page: PageImage) -> str:
         return read_image(self._ocr, np.asarray(page.pil()), self.detection_order)
 
+    def budget(self, max_pixels: int) -> Budget:
+        return Budget(max_pixels)
+
+    def prompt_for(
+        self, preset: str | None, custom: str | None, schema: dict[str, Any] | None
+    ) -> Prompt:
+        return resolve(preset, custom, self.default_prompt, schema)  # named in a note: unread
+
     def fingerprint(self, prompt: Prompt) -> dict[str, Any]:
         # The CPU engine ignores the prompt, so it is not part of what decides the text.
         order = "detection" if self.detection_order else "xy-cut-4"
@@ -79,7 +88,7 @@ class RapidOcrEngine:
         self._ocr = None
 
 
-def _load(threads: int = -1, **params: Any) -> Any:
+def load_ocr(threads: int = -1, **params: Any) -> Any:
     """RapidOCR with its built-in models; `threads` for onnxruntime (-1: every core), `params`
     more of its settings."""
     from rapidocr import RapidOCR
@@ -117,6 +126,6 @@ def read_png(png: bytes, threads: int = 1) -> str:
 
     global _CHILD_OCR
     if _CHILD_OCR is None:
-        _CHILD_OCR = _load(threads)
+        _CHILD_OCR = load_ocr(threads)
     with Image.open(io.BytesIO(png)) as image:
         return read_image(_CHILD_OCR, np.asarray(image.convert("RGB")))

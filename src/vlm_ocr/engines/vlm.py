@@ -1,32 +1,35 @@
 """The GPU engine: a vision-language model behind an OpenAI-compatible server.
 
-`ENGINE=vllm` starts the server as a child process (`vllm_server`); `ENGINE=openai` talks to one
-that runs elsewhere (a shared vLLM deployment). Both send each page as one chat request and retry
-a page that stops by length or repetition with a rising temperature.
+`ENGINE=vllm` starts the server as a child process (`vllm/server.py`); `ENGINE=openai` talks to
+one that runs elsewhere (a shared vLLM deployment). The model's family (`families/`) says how a
+page is asked for and how its answer is read; this engine sends each page as one chat request
+and climbs the family's attempt ladder while an answer stops by length or repetition, is not in
+the family's format, or (with a job's schema) does not validate.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..errors import ConfigError, EngineError
-from ..prompts import PRESETS, Prompt
-from ..render import PageImage
-from ..settings import Settings
-from .base import EngineFacts, Recognition
+from ..errors import ConfigError, EngineError, InputError
+from ..images import Budget, PageImage
+from ..prompts import PRESETS, Prompt, resolve
+from ..settings import ModelSettings, VlmSettings
+from .base import EngineFacts, EngineOptions, Recognition
 from .chat_client import REPETITION_DETECTION, ChatClient, Completion, strip_think
-from .vllm_server import gpu_name
+from .families import FAMILIES, AnswerError, Attempt, Family, Page, Reading
+from .gpu import GpuFacts
+from .model_files import ModelFiles
 
 log = logging.getLogger(__name__)
 
-# Greedy first; then olmOCR's ladder, so a looping page gets out of its loop.
-TEMPERATURES = (0.0, 0.1, 0.1, 0.2, 0.3, 0.5, 0.8)
 RETRY_REASONS = {"length", "repetition"}
+# The warm-up proves the whole path with a real page; a few tokens of answer are enough for that.
+WARMUP_MAX_TOKENS = 32
 
 
 def as_valid_json(text: str, schema: dict[str, Any]) -> tuple[str, str | None]:
@@ -43,22 +46,6 @@ def as_valid_json(text: str, schema: dict[str, Any]) -> tuple[str, str | None]:
         where = "/".join(str(p) for p in error.absolute_path) or "the top level"
         return text, f"at {where}: {error.message[:200]}"
     return json.dumps(value, ensure_ascii=False, indent=2), None
-
-
-# The warm-up proves the whole path with a real page; a few tokens of answer are enough for that.
-WARMUP_MAX_TOKENS = 32
-
-
-def baked_record(settings: Settings) -> dict[str, Any] | None:
-    """What the image build baked (builder/download_model.py), without the file list."""
-    if not settings.hf_home:
-        return None
-    path = Path(settings.hf_home) / "baked-model.json"
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return {k: doc.get(k) for k in ("repo", "revision", "resolved_commit", "bytes", "baked_at")}
 
 
 class ServerHandle(Protocol):
@@ -91,10 +78,10 @@ class ExternalServer:
     name = "openai"
     failure = None
 
-    def __init__(self, settings: Settings) -> None:
-        if not settings.openai_base_url:
+    def __init__(self, base_url: str | None) -> None:
+        if not base_url:
             raise ValueError("ENGINE=openai needs OPENAI_BASE_URL (the server's base URL)")
-        self.base_url = settings.openai_base_url
+        self.base_url = base_url
 
     async def start(self) -> dict[str, Any]:
         return {}
@@ -113,25 +100,45 @@ class ExternalServer:
 
 
 class VlmEngine:
+    """Pages as chat requests to the server; `concurrency` is how many pages the server
+    batches (its `--max-num-seqs`)."""
+
     def __init__(
-        self, settings: Settings, server: ServerHandle, *, fixed_output_tokens: int | None = None
+        self,
+        vlm: VlmSettings,
+        model: ModelSettings,
+        server: ServerHandle,
+        *,
+        family: Family,
+        concurrency: int,
+        default_prompt: str = "markdown",
+        gpu: GpuFacts | None = None,
+        connections: int | None = None,
+        options: EngineOptions | None = None,
+        facts: dict[str, Any] | None = None,
     ) -> None:
-        """`fixed_output_tokens`: every answer exactly that long (`ignore_eos`), for benchmarks
-        on dummy weights."""
-        self.settings = settings
+        self.settings = vlm
         self.server = server
-        self.fixed_output_tokens = fixed_output_tokens
-        self.model = settings.served_model_name
-        self.default_concurrency = settings.max_num_seqs
+        self.model_settings = model
+        self.family = family
+        self.options = options or EngineOptions()
+        self.model = vlm.served_model_name
+        self.default_concurrency = concurrency
+        self.default_prompt = default_prompt
+        self.gpu = gpu or GpuFacts()
+        self.connections = connections or concurrency
+        self.attempts = family.sampling.ladder(vlm.max_attempts)
+        self.max_tokens = vlm.max_tokens or family.sampling.max_tokens
         own = server.name == "vllm"
-        self.baked = baked_record(settings) if own else None
+        self.baked = ModelFiles(model).baked() if own else None
         self.facts = EngineFacts(
             name=server.name,
             version="unknown",
-            model=settings.model_name if own else settings.served_model_name,
+            model=model.model_name if own else vlm.served_model_name,
             revision=self._revision(),
             json_output=True,
         )
+        self._known = dict(facts or {})  # facts known before start: the family, GDN layers
         self.client: ChatClient | None = None
 
     @property
@@ -142,14 +149,36 @@ class VlmEngine:
     def failure(self) -> str | None:
         return self.server.failure
 
-    def temperatures(self) -> tuple[float, ...]:
-        n = self.settings.max_attempts
-        return (TEMPERATURES + (TEMPERATURES[-1],) * n)[:n]
+    def budget(self, max_pixels: int) -> Budget:
+        return self.family.budget(max_pixels)
+
+    def prompt_for(
+        self, preset: str | None, custom: str | None, schema: dict[str, Any] | None
+    ) -> Prompt:
+        """The prompt a job reads its pages with: the family's own when it has one (a job that
+        names another is refused), else the job's preset, its own prompt, or the default."""
+        own = self.family.prompt
+        if own is None:
+            return resolve(preset, custom, self.default_prompt, schema)
+        takes = [name for name, family in FAMILIES.items() if family.prompt is None]
+        field = (
+            "json_schema"
+            if schema is not None
+            else ("prompt" if preset is not None else "custom_prompt")
+        )
+        if preset is not None or custom is not None or schema is not None:
+            raise InputError(
+                f"input.{field}",
+                f"this worker's model ({self.facts.model}) is of the {self.family.name} family, "
+                f"which reads every page with its own prompt; leave `{field}` out, or run the "
+                f"job on a model of a family that takes prompts ({', '.join(takes)})",
+            )
+        return own
 
     def check_model(self) -> None:
         """In an image that baked one model and may not download (HF_HUB_OFFLINE), another
         MODEL_NAME cannot start: say so in one line instead of letting the server fail."""
-        s, baked = self.settings, self.baked
+        s, baked = self.model_settings, self.baked
         if not baked or not s.hf_hub_offline or Path(s.model_name).is_dir():
             return
         if baked.get("repo") != s.model_name:
@@ -162,22 +191,28 @@ class VlmEngine:
 
     async def start(self, warmup: PageImage) -> None:
         self.check_model()
-        details: dict[str, Any] = {"gpu": await asyncio.to_thread(gpu_name)}
+        details: dict[str, Any] = {
+            "gpu": self.gpu.describe(),
+            "compute_capability": self.gpu.capability,
+            **self.family.describe(),
+            **self._known,
+        }
         server_facts = await self.server.start()
+        if server_facts.get("downloaded", {}).get("resolved_commit") and not self.baked:
+            # the commit a download at start resolved MODEL_REVISION to keys the stored texts
+            self.facts.revision = server_facts["downloaded"]["resolved_commit"]
         self.client = ChatClient(
             self.base_url,
             self.model,
             api_key=self.settings.openai_api_key,
             timeout_s=self.settings.request_timeout_s,
-            max_connections=self.settings.max_concurrent_pages or self.settings.max_num_seqs,
+            max_connections=self.connections,
         )
+        prompt = self.family.prompt or PRESETS[self.default_prompt]
         t0 = time.perf_counter()
         try:
             answer = await self.ask(
-                warmup.png,
-                PRESETS[self.settings.default_prompt],
-                0.0,
-                max_tokens=WARMUP_MAX_TOKENS,
+                warmup.png, prompt, self.attempts[0], max_tokens=WARMUP_MAX_TOKENS
             )
         except EngineError as exc:
             tail = self.server.log_tail()
@@ -186,14 +221,25 @@ class VlmEngine:
             ) from None
         if not answer.output_tokens:
             raise EngineError("warm-up page came back with no output tokens", fatal=True)
+        if answer.reasoning or "</think>" in answer.text:
+            raise EngineError(
+                "the warm-up answer carried reasoning although thinking was turned off; check "
+                "the model's chat template (it must honour enable_thinking)",
+                fatal=True,
+            )
         details["warmup_s"] = round(time.perf_counter() - t0, 2)
         details["warmup_finish_reason"] = answer.finish_reason
         details["warmup_prompt_tokens"] = answer.prompt_tokens
+        details["thinking_checked"] = "the warm-up answer carried no reasoning"
         if server_facts:
             self.facts.version = server_facts.pop("vllm_version", None) or "unknown"
-            server_facts.setdefault(
-                "gdn_prefill_kernel", "not logged (the model has no GDN layers)"
-            )
+            kernel = server_facts.get("gdn_prefill_kernel")
+            if not kernel:
+                server_facts["gdn_prefill_kernel"] = (
+                    "not logged (the model has no GDN layers)"
+                    if not details.get("gdn_layers")
+                    else "not logged"
+                )
             details |= server_facts
         if self.baked is not None:
             details["baked"] = self.baked
@@ -203,30 +249,31 @@ class VlmEngine:
         """The weights' revision: the commit the image baked when it baked this model (a
         re-baked image never reuses text read by older weights), else MODEL_REVISION."""
         baked = self.baked or {}
-        if baked.get("repo") == self.settings.model_name and baked.get("resolved_commit"):
+        if baked.get("repo") == self.model_settings.model_name and baked.get("resolved_commit"):
             return str(baked["resolved_commit"])
-        return self.settings.model_revision
+        return self.model_settings.model_revision
 
     async def ask(
         self,
         png: bytes,
         prompt: Prompt,
-        temperature: float,
+        attempt: Attempt,
         seed: int = 0,
         *,
         max_tokens: int | None = None,
     ) -> Completion:
         """One request for one page; a fatal EngineError when the server is gone."""
         assert self.client is not None, "the engine was not started"
-        fixed = self.fixed_output_tokens
+        exact = self.options.exact_output_tokens
+        content = self.family.content(ChatClient.image_url(png), prompt)
         body = ChatClient.request_body(
             self.model,
-            png,
-            prompt.text,
-            temperature=temperature,
-            max_tokens=max_tokens or fixed or self.settings.max_tokens,
+            content,
+            temperature=attempt.temperature,
+            top_p=attempt.top_p,
+            max_tokens=max_tokens or exact or self.max_tokens,
             seed=seed,
-            ignore_eos=bool(fixed) and max_tokens is None,
+            ignore_eos=bool(exact) and max_tokens is None,
             schema=prompt.schema,
         )
         try:
@@ -237,69 +284,94 @@ class VlmEngine:
             raise
 
     async def recognize(self, page: PageImage, prompt: Prompt) -> Recognition:
-        """Ask, and ask again at a higher temperature while the answer stops by length or
-        repetition, or (with a schema) does not validate; the best text when none is good."""
+        """Ask, and ask again up the ladder while the answer stops by length or repetition, is
+        not in the family's format, or (with a schema) does not validate; the best text and the
+        last reason when no attempt is good."""
         if self.failure:
             raise EngineError(self.failure, fatal=True)
         t0 = time.perf_counter()
         best, reason, why = "", None, ""
         output_tokens = 0
         prompt_tokens = None
-        temps = self.temperatures()
-        for attempt, temperature in enumerate(temps, 1):
-            answer = await self.ask(page.png, prompt, temperature, seed=attempt)
+        exact = self.options.exact_output_tokens
+        where = Page(page.width, page.height, page.pdf_size)
+        for n, attempt in enumerate(self.attempts, 1):
+            answer = await self.ask(page.png, prompt, attempt, seed=n)
             text = strip_think(answer.text)
             output_tokens += answer.output_tokens or 0
             prompt_tokens = answer.prompt_tokens
             reason = answer.finish_reason
-            expected = reason == "length" and self.fixed_output_tokens  # the bench asked for it
+            reading: Reading | None = None
             invalid = None
-            if prompt.schema is not None and reason not in RETRY_REASONS:
-                text, invalid = as_valid_json(text, prompt.schema)
-            if (reason not in RETRY_REASONS and invalid is None) or expected:
+            if exact:  # a measurement: an answer of the length asked for, taken as it comes
+                reading = Reading(text)
+            elif reason not in RETRY_REASONS:
+                try:
+                    reading = self.read(text, prompt, where)
+                except AnswerError as exc:
+                    invalid = str(exc)
+            if reading is not None:
                 return Recognition(
-                    text=text,
+                    text=reading.text,
                     finish_reason=reason,
-                    attempts=attempt,
+                    attempts=n,
                     prompt_tokens=prompt_tokens,
                     output_tokens=output_tokens,
                     seconds=time.perf_counter() - t0,
+                    reading=reading,
                 )
-            why = f"invalid JSON for json_schema ({invalid})" if invalid else f"stopped by {reason}"
+            why = invalid or f"stopped by {reason}"
             if len(text) > len(best):
                 best = text
             log.info(
-                "page %s at temperature %.1f; attempt %d/%d", why, temperature, attempt, len(temps)
+                "page %s at temperature %.1f; attempt %d/%d",
+                why,
+                attempt.temperature,
+                n,
+                len(self.attempts),
             )
+        temps = ", ".join(f"{a.temperature:g}" for a in self.attempts)
         return Recognition(
             text=best,
             ok=False,
             finish_reason=reason,
-            attempts=len(temps),
+            attempts=len(self.attempts),
             prompt_tokens=prompt_tokens,
             output_tokens=output_tokens,
             seconds=time.perf_counter() - t0,
-            problem=f"{why} on all {len(temps)} attempts "
-            f"(temperatures {', '.join(f'{t:g}' for t in temps)}; "
-            f"MAX_TOKENS {self.settings.max_tokens})",
+            problem=f"{why} on all {len(self.attempts)} attempts "
+            f"(temperatures {temps}; MAX_TOKENS {self.max_tokens})",
+            fallback=self.family.text_layer_fallback and prompt.schema is None,
         )
+
+    def read(self, text: str, prompt: Prompt, page: Page) -> Reading:
+        """The answer read as the family reads it, or as JSON of the job's schema."""
+        if prompt.schema is not None:
+            value, invalid = as_valid_json(text, prompt.schema)
+            if invalid:
+                raise AnswerError(f"invalid JSON for json_schema ({invalid})")
+            return Reading(value)
+        return self.family.parse(text, prompt, page)
 
     def fingerprint(self, prompt: Prompt) -> dict[str, Any]:
         return {
             "engine": self.facts.name,
             "model": self.facts.model,
             "revision": self.facts.revision,
+            "family": self.family.name,
+            "family_version": self.family.version,
             "prompt": prompt.name,
             "prompt_version": prompt.version,
             "sampling": {
-                "temperatures": list(self.temperatures()),
-                "max_tokens": self.settings.max_tokens,
+                "temperatures": [a.temperature for a in self.attempts],
+                "top_p": [a.top_p for a in self.attempts],
+                "max_tokens": self.max_tokens,
                 "repetition_detection": REPETITION_DETECTION,
                 "thinking": False,
                 "seed": "attempt number",
                 **(
-                    {"fixed_output_tokens": self.fixed_output_tokens}
-                    if self.fixed_output_tokens
+                    {"exact_output_tokens": self.options.exact_output_tokens}
+                    if self.options.exact_output_tokens
                     else {}
                 ),
             },

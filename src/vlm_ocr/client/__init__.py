@@ -1,0 +1,1 @@
+"""The client side: a RunPod endpoint's API, and spreading a large PDF over its workers."""

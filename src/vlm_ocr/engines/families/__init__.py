@@ -1,0 +1,104 @@
+"""Model families: each family is one unit (a `Family` subclass) that says how its makers size
+its pages, prompt it, sample it, serve it and read its answers. The family follows the model:
+its config.json (`architectures`, `model_type`) and its name decide it, `MODEL_FAMILY` overrides.
+
+Adding a family: a module here with its `Family` subclass, listed in `FAMILIES`; a config of its
+shapes in `examples/` for `vlm-ocr plan`; a preset in `.runpod/hub.json`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ...errors import ConfigError
+from .base import AnswerError, Attempt, Family, Page, Reading, Sampling
+from .chandra import Chandra
+from .dots import DotsOcr
+from .lighton import LightOnOcr
+from .olmocr import OlmOcr
+from .qwen import Qwen35, QwenVl
+
+__all__ = [
+    "FAMILIES",
+    "AnswerError",
+    "Attempt",
+    "Detected",
+    "Family",
+    "Page",
+    "Reading",
+    "Sampling",
+    "detect",
+]
+
+FAMILIES: dict[str, type[Family]] = {
+    f.name: f for f in (QwenVl, Qwen35, OlmOcr, Chandra, DotsOcr, LightOnOcr)
+}
+# Fine-tunes share their base's architecture: their name tells them apart.
+FINE_TUNES = (OlmOcr, Chandra)
+# When there is no config to read, the name alone.
+NAMES: tuple[tuple[tuple[str, ...], type[Family]], ...] = (
+    (("olmocr",), OlmOcr),
+    (("chandra",), Chandra),
+    (("dots.ocr", "dots.mocr", "dots_ocr", "dotsocr"), DotsOcr),
+    (("lightonocr",), LightOnOcr),
+    (("qwen3.5", "qwen3.6", "qwen3_5", "qwen3_6"), Qwen35),
+    (("qwen3-vl", "qwen2.5-vl", "qwen2-vl", "qwen3vl", "qwen2_5_vl"), QwenVl),
+)
+
+
+@dataclass(frozen=True)
+class Detected:
+    family: Family
+    #: how it was told, for the log and the engine facts
+    why: str
+    #: set when the model's architecture is not one the worker knows
+    warning: str | None = None
+
+
+def detect(
+    config: dict[str, Any] | None, model: str, override: str | None = None, **options: Any
+) -> Detected:
+    """The family of a model: MODEL_FAMILY when set, else by its config.json's architecture
+    (its name telling a fine-tune from its base), else by its name. An architecture no family
+    knows runs as a Qwen chat VLM, with a warning that names MODEL_FAMILY."""
+    config = config or {}
+    model_type = str(config.get("model_type") or "")
+    if override:
+        if override not in FAMILIES:
+            raise ConfigError(
+                f"MODEL_FAMILY is {override!r}; the families are {', '.join(FAMILIES)}"
+            )
+        return Detected(make(FAMILIES[override], model_type, options), f"MODEL_FAMILY={override}")
+    name = model.lower()
+    architectures = [str(a) for a in config.get("architectures") or []]
+    if architectures:
+        known = [f for f in FAMILIES.values() if f.architectures & set(architectures)]
+        hinted = [f for f in known if any(hint in name for hint in f.name_hints)]
+        base = [f for f in known if f not in FINE_TUNES]
+        chosen = (hinted or base or known or [None])[0]
+        if chosen is None:
+            warning = (
+                f"the model's architecture ({', '.join(architectures)}) is not one this worker "
+                f"knows; it runs as a Qwen chat VLM: set MODEL_FAMILY to one of "
+                f"{', '.join(FAMILIES)} if it is another"
+            )
+            return Detected(make(QwenVl, model_type, options), "unknown architecture", warning)
+        why = f"config.json architecture {architectures[0]}" + (
+            f" and the name {model}" if hinted else ""
+        )
+        return Detected(make(chosen, model_type, options), why)
+    for hints, family in NAMES:
+        if any(hint in name for hint in hints):
+            return Detected(make(family, model_type, options), f"the name {model}")
+    warning = (
+        f"no config.json of {model} to read and nothing in its name tells its family; it runs "
+        f"as a Qwen chat VLM: set MODEL_FAMILY to one of {', '.join(FAMILIES)} if it is another"
+    )
+    return Detected(make(QwenVl, model_type, options), "default", warning)
+
+
+def make(family: type[Family], model_type: str, options: dict[str, Any]) -> Family:
+    if issubclass(family, QwenVl):
+        return family(model_type, **options)
+    return family(model_type)

@@ -1,0 +1,147 @@
+"""Qwen's general chat VLMs: Qwen3-VL and Qwen2.5-VL, and the hybrid Qwen3.5 / Qwen3.6, whose
+gated-delta-net layers and reasoning set them apart. A job chooses the prompt (the project's
+presets, its own, or `qwenvl-html`, Qwen's document-parsing mode, which answers with blocks)."""
+
+from __future__ import annotations
+
+import math
+
+from ...blocks import RawBlock
+from ...prompts import Prompt
+from . import html
+from .base import AnswerError, Family, Page, Reading, Sampling, from_grid, temperatures
+
+# Greedy first; then olmOCR's ladder, so a looping page gets out of its loop.
+CHAT_LADDER = temperatures(0.0, 0.1, 0.1, 0.2, 0.3, 0.5, 0.8)
+
+# qwenvl html: the element's class (or tag) onto the block vocabulary
+QWENVL_LABELS = {
+    "h1": "title",
+    "title": "title",
+    **{f"h{n}": "section-header" for n in range(2, 7)},
+    "section-header": "section-header",
+    "p": "text",
+    "text": "text",
+    "div": "text",
+    "span": "text",
+    "table": "table",
+    "formula": "formula",
+    "formula.machine_printed": "formula",
+    "formula.handwritten": "formula",
+    "chemical formula": "formula",
+    "image": "figure",
+    "img": "figure",
+    "chart": "figure",
+    "figure": "figure",
+    "music sheet": "figure",
+    "caption": "caption",
+    "image caption": "caption",
+    "footnote": "footnote",
+    "header": "page-header",
+    "page_header": "page-header",
+    "page-header": "page-header",
+    "footer": "page-footer",
+    "page_footer": "page-footer",
+    "page-footer": "page-footer",
+    "page_number": "page-number",
+    "page-number": "page-number",
+    "code": "code",
+    "ol": "list",
+    "ul": "list",
+    "li": "list",
+    "list": "list",
+}
+
+
+def smart_resize(
+    width: int, height: int, factor: int, min_pixels: int, max_pixels: int
+) -> tuple[int, int]:
+    """The size the Qwen-VL processor turns an image into (both sides on its grid, the area
+    within its bounds): what Qwen2.5-VL's pixel boxes and dots.ocr's boxes refer to."""
+    w = max(factor, round(width / factor) * factor)
+    h = max(factor, round(height / factor) * factor)
+    if w * h > max_pixels:
+        beta = math.sqrt(width * height / max_pixels)
+        w = max(factor, math.floor(width / beta / factor) * factor)
+        h = max(factor, math.floor(height / beta / factor) * factor)
+    elif w * h < min_pixels:
+        beta = math.sqrt(min_pixels / (width * height))
+        w = math.ceil(width * beta / factor) * factor
+        h = math.ceil(height * beta / factor) * factor
+    return w, h
+
+
+class QwenVl(Family):
+    name = "qwen-vl"
+    version = "1"
+    title = "Qwen3-VL / Qwen2.5-VL (chat)"
+    architectures = frozenset(
+        {
+            "Qwen3VLForConditionalGeneration",
+            "Qwen3VLMoeForConditionalGeneration",
+            "Qwen2_5_VLForConditionalGeneration",
+            "Qwen2VLForConditionalGeneration",
+        }
+    )
+    sampling = Sampling(CHAT_LADDER[:4], 4096)
+    max_model_len = 8192
+    min_vllm = "0.11.0"
+    boxes = True  # with the qwenvl-html prompt
+    labels = QWENVL_LABELS
+    licence = "Apache-2.0"
+
+    def __init__(self, model_type: str = "", max_pixels: int = 1_600_000) -> None:
+        super().__init__(model_type)
+        self.max_pixels = max_pixels  # what the server's processor resizes to (MAX_PIXELS)
+
+    def parse(self, answer: str, prompt: Prompt, page: Page) -> Reading:
+        if prompt.answer != "qwenvl-html":
+            return Reading(answer.strip())
+        return self.parse_html(answer, page)
+
+    def parse_html(self, answer: str, page: Page) -> Reading:
+        text = answer.strip().removeprefix("```html").removesuffix("```")
+        elements = html.boxed(html.parse(text))
+        if not elements:
+            raise AnswerError("no element with a data-bbox in the qwenvl html answer")
+        raw = []
+        for node in elements:
+            label = node.attrs.get("class", "").strip().lower() or node.tag
+            kind = QWENVL_LABELS.get(label, QWENVL_LABELS.get(node.tag, "text"))
+            table = html.find(node, "table") if node.tag != "table" else node
+            if kind == "table" and table is not None:
+                content = html.outer_html(table)
+            elif kind == "formula":
+                content = node.text().strip()
+            elif kind == "figure":
+                content = ""
+            elif node.tag in ("h1", "h2", "h3", "h4", "h5", "h6"):
+                content = html.markdown(html.Node("div", children=[node]))
+            else:
+                content = html.markdown(node)
+            raw.append(RawBlock(label, self.box(html.box_of(node), page), content))
+        placed = self.placed(raw, page)
+        blocks = tuple(placed.blocks)
+        return Reading(self.text_of(blocks), blocks, notes=tuple(placed.notes))
+
+    def box(self, box: tuple[float, ...] | None, page: Page) -> tuple[float, ...] | None:
+        """Qwen3-VL: a 0-1000 grid; Qwen2.5-VL: pixels of the image its processor resized."""
+        if box is None or not self.model_type.startswith(("qwen2_5_vl", "qwen2_vl")):
+            return from_grid(box, page)
+        w, h = smart_resize(page.width, page.height, 28, 3136, self.max_pixels)
+        sx, sy = page.width / w, page.height / h
+        return (box[0] * sx, box[1] * sy, box[2] * sx, box[3] * sy)
+
+
+class Qwen35(QwenVl):
+    """Qwen3.5 / Qwen3.6: hybrid attention (gated-delta-net layers) and reasoning, thinking by
+    default; the worker turns it off at launch and in every request."""
+
+    name = "qwen3.5"
+    version = "1"
+    title = "Qwen3.5 / Qwen3.6 (chat, hybrid attention)"
+    architectures = frozenset(
+        {"Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration"}
+    )
+    min_vllm = "0.17.0"
+    thinks = True

@@ -1,0 +1,2 @@
+"""vLLM as child processes: the command lines (`argv`), the log (`logs`), the lifecycle
+(`server`)."""

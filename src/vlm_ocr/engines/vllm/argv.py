@@ -1,0 +1,151 @@
+"""The command lines vLLM is started with: a pure function of the settings and the GPU.
+
+Nothing here runs a process or reads the machine: `ServeSpec.resolve` takes the settings and the
+GPU facts read once at start, and `launch_argvs` turns a spec and its ports into the command line
+of each process vLLM runs as. The tests check them as tables.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass
+
+from ...settings import Settings, VllmSettings
+from ..families import Family
+from ..families.qwen import QwenVl
+from ..gpu import GpuFacts
+
+# `MAX_NUM_SEQS=0`: sequences by the memory the engine has (GiB, all its GPUs). On an H200 the 32B
+# AWQ model ran 3.0 pages/s at 256, 2.5-2.75 at 192 and 2.4 at 320 (its decoding slowed); below
+# that, about what the KV cache beside the 32B AWQ weights holds for pages that end well before
+# `MAX_TOKENS` (README, "Choose a GPU").
+MAX_NUM_SEQS_BY_MEMORY = ((120.0, 256), (70.0, 192), (40.0, 64), (0.0, 32))
+# No GPU here to read: the server runs elsewhere (`openai`) or on a CPU build of vLLM.
+MAX_NUM_SEQS_UNKNOWN_GPU = 192
+
+
+def default_max_num_seqs(memory_gib: float | None) -> int:
+    if memory_gib is None:
+        return MAX_NUM_SEQS_UNKNOWN_GPU
+    return next(seqs for floor, seqs in MAX_NUM_SEQS_BY_MEMORY if memory_gib >= floor)
+
+
+def kv_cache_dtype(vllm: VllmSettings, capability: float | None) -> str:
+    """The user's value when set; else fp8 where the GPU has an fp8 KV cache (8.9+)."""
+    if vllm.kv_cache_dtype:
+        return vllm.kv_cache_dtype
+    return "fp8" if capability is not None and capability >= 8.9 else "auto"
+
+
+def cuda_graph_sizes(vllm: VllmSettings, max_num_seqs: int) -> list[int]:
+    """The decode batch sizes to capture: every size vLLM pads a batch up to. Fewer sizes than
+    vLLM's default (one per 8 or 16 sequences) cut the capture at start; a batch between two
+    sizes runs at the larger one, which costs little in memory-bound decoding."""
+    if vllm.cuda_graph_sizes.strip():
+        return sorted({int(x) for x in vllm.cuda_graph_sizes.split(",") if x.strip()})
+    sizes = {n for n in (1, 2, 4, 8, 16, 32, 64) if n < max_num_seqs}
+    sizes |= set(range(96, max_num_seqs, 32)) | {max_num_seqs}
+    return sorted(sizes)
+
+
+@dataclass(frozen=True)
+class ServeSpec:
+    """What the server's command line is made of, every choice resolved."""
+
+    vllm: VllmSettings
+    model: str
+    revision: str | None
+    served_model_name: str
+    max_num_seqs: int
+    kv_cache_dtype: str
+    max_model_len: int
+    limit_mm_per_prompt: dict[str, int]
+    processor_kwargs: dict[str, object] | None
+    family_args: tuple[str, ...] = ()
+
+    @classmethod
+    def resolve(cls, settings: Settings, gpu: GpuFacts, family: Family | None = None) -> ServeSpec:
+        """The spec for these settings on this GPU and this model family: `MAX_NUM_SEQS=0` by
+        the GPUs' memory, the KV-cache dtype by their compute capability, the page and context
+        sizes and the extra flags by the family."""
+        vllm = settings.vllm
+        family = family or QwenVl()
+        memory = gpu.memory_gib(vllm.tensor_parallel_size)
+        return cls(
+            vllm=vllm,
+            model=settings.model.model_name,
+            revision=settings.model.model_revision,
+            served_model_name=settings.vlm.served_model_name,
+            max_num_seqs=vllm.max_num_seqs or default_max_num_seqs(memory),
+            kv_cache_dtype=kv_cache_dtype(vllm, gpu.capability),
+            max_model_len=vllm.max_model_len or family.max_model_len,
+            limit_mm_per_prompt=family.limit_mm_per_prompt(),
+            processor_kwargs=family.processor_kwargs(settings.render.max_pixels),
+            family_args=tuple(family.serve_args()),
+        )
+
+
+def server_argv(spec: ServeSpec, port: int) -> list[str]:
+    """The exact command line of the engine server."""
+    vllm = spec.vllm
+    argv = [vllm.vllm_python, "-m", "vllm.entrypoints.cli.main", "serve", spec.model]
+    if spec.revision:
+        argv += ["--revision", spec.revision]
+    argv += [
+        "--served-model-name",
+        spec.served_model_name,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--gdn-prefill-backend",
+        vllm.gdn_prefill_backend,
+        "--kv-cache-dtype",
+        spec.kv_cache_dtype,
+        "--max-model-len",
+        str(spec.max_model_len),
+        "--max-num-seqs",
+        str(spec.max_num_seqs),
+        "--max-num-batched-tokens",
+        str(vllm.max_num_batched_tokens),
+        "--gpu-memory-utilization",
+        f"{vllm.gpu_memory_utilization:g}",
+        "--tensor-parallel-size",
+        str(vllm.tensor_parallel_size),
+        "--limit-mm-per-prompt",
+        json.dumps(spec.limit_mm_per_prompt),
+    ]
+    if spec.processor_kwargs is not None:
+        argv += ["--mm-processor-kwargs", json.dumps(spec.processor_kwargs)]
+    argv += [
+        "--mm-processor-cache-gb",
+        "0",
+        # Jobs with a JSON schema: guided decoding by xgrammar, with no free whitespace between
+        # tokens, so a model cannot pad an answer with blank lines until MAX_TOKENS.
+        "--structured-outputs-config",
+        json.dumps({"backend": "xgrammar", "disable_any_whitespace": True}),
+    ]
+    if vllm.enforce_eager:
+        argv.append("--enforce-eager")
+    else:
+        sizes = cuda_graph_sizes(vllm, spec.max_num_seqs)
+        argv += ["--compilation-config", json.dumps({"cudagraph_capture_sizes": sizes})]
+    argv += spec.family_args
+    argv += shlex.split(vllm.vllm_extra_args)
+    return argv
+
+
+def launch_argvs(spec: ServeSpec, port: int, rpc_port: int = 0) -> dict[str, list[str]]:
+    """The command line of each process vLLM runs as, by role: one `server`; or, split, a
+    `server` with no local engine and an `engine` launcher that handshakes with it on
+    `rpc_port` (vLLM's data-parallel mode with one engine)."""
+    argv = server_argv(spec, port)
+    if not spec.vllm.vllm_split_start:
+        return {"server": argv}
+    dp = ["--data-parallel-size", "1", "--data-parallel-address", "127.0.0.1"]
+    dp += ["--data-parallel-rpc-port", str(rpc_port)]
+    return {
+        "server": [*argv, *dp, "--data-parallel-size-local", "0"],
+        "engine": [*argv, *dp, "--data-parallel-size-local", "1", "--headless"],
+    }

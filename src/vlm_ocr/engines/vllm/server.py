@@ -1,0 +1,353 @@
+"""Run `vllm serve` (the OpenAI-compatible server) as child processes on loopback.
+
+`python -m vllm.entrypoints.cli.main serve` is what the `vllm` command runs, with the interpreter
+of the engine's own environment.
+
+The worker never imports vLLM: the server runs with the interpreter `VLLM_PYTHON` names (its own
+environment), its flags come from `argv.launch_argvs`, and its log is read line by line for the
+facts a user needs to tell one worker's engine from another's (`logs`). A watcher notices when a
+process exits or the server stops answering, so the pages in flight fail at once instead of
+hanging.
+
+By default (`VLLM_SPLIT_START`) vLLM runs as two children started at the same moment: the API
+server, told it has no local engine, and a headless launcher whose engine core connects to it
+over loopback. A single `vllm serve` imports vLLM, then spawns an engine core that imports it a
+second time; split, the two imports overlap and the launcher forks its engine core, which
+imports nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import os
+import shlex
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from ...errors import ConfigError, EngineError
+from ...loopback import port_taken, private_port
+from ..families import Family, detect
+from ..model_download import ensure_model
+from ..model_files import ModelFiles
+from .argv import ServeSpec, launch_argvs
+from .logs import address_in_use, exit_reason, facts_in
+
+log = logging.getLogger(__name__)
+
+HEALTH_INTERVAL_S = 5.0  # between health checks, and the time one check may take
+HEALTH_FAILURES_FATAL = 3  # consecutive failed checks: a hung server is given up within 30 s
+# Starts tried when a port picked as free was taken before vLLM bound it.
+START_ATTEMPTS = 3
+# Run in the engine's interpreter before vLLM: ask the kernel to send SIGTERM to the server when
+# the worker dies, even by SIGKILL (the setting survives exec), then become the server.
+_LAUNCH = (
+    "import ctypes, os, signal, sys; "
+    "ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM); "
+    "os.getppid() == int(sys.argv[1]) or sys.exit(70); "
+    "os.execv(sys.executable, [sys.executable, *sys.argv[2:]])"
+)
+LOG_TAIL_LINES = 60
+# Compiled kernels kept on the network volume, so the next cold start reuses them: vLLM's
+# torch.compile artifacts, Triton's kernels, FlashInfer's JIT and DeepGEMM's JIT.
+CACHES = {
+    "VLLM_CACHE_ROOT": "vllm",
+    "TRITON_CACHE_DIR": "triton",
+    "FLASHINFER_WORKSPACE_BASE": "flashinfer",
+    "DG_JIT_CACHE_DIR": "deep_gemm",
+}
+
+
+class _PortTaken(Exception):
+    """A child exited saying its address was in use."""
+
+
+@dataclass
+class Child:
+    """One process vLLM runs as, and the task that reads its log."""
+
+    role: str  # "server" (answers HTTP) or "engine" (the headless launcher of a split start)
+    argv: list[str]
+    proc: asyncio.subprocess.Process | None = None
+    reader: asyncio.Task[None] | None = None
+
+
+class VllmServer:
+    """The engine server as children of this worker: they die with the worker, and the worker
+    never talks to a server it did not start. Nothing runs and no port is taken until `start`."""
+
+    name = "vllm"
+
+    def __init__(
+        self,
+        spec: ServeSpec,
+        files: ModelFiles,
+        *,
+        family: Family | None = None,
+        pick_port: Callable[[], int] = private_port,
+    ) -> None:
+        self.spec = spec
+        self.files = files
+        self.family = family  # what the command line was built for
+        self._pick_port = pick_port
+        self.base_url = ""  # known once started
+        self.children: list[Child] = []
+        self.facts: dict[str, Any] = {}
+        self.tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
+        self.downloaded: dict[str, Any] | None = None
+        self.failure: str | None = None
+        self._failed = asyncio.Event()  # set once `failure` says why the server is gone
+        self._watcher: asyncio.Task[None] | None = None
+
+    @property
+    def proc(self) -> asyncio.subprocess.Process | None:
+        """The process that answers HTTP."""
+        return self.children[0].proc if self.children else None
+
+    def _exited(self) -> Child | None:
+        return next((c for c in self.children if c.proc and c.proc.returncode is not None), None)
+
+    async def start(self) -> dict[str, Any]:
+        """Spawn the server and wait until /health answers; returns facts about the start."""
+        vllm = self.spec.vllm
+        t_download = time.perf_counter()
+        self.downloaded = await ensure_model(self.files, vllm.vllm_python)
+        if self.downloaded is not None:
+            self.facts["downloaded"] = self.downloaded
+            self.facts["download_s"] = round(time.perf_counter() - t_download, 2)
+            self._check_family()
+        t0 = time.perf_counter()
+        for attempt in range(1, START_ATTEMPTS + 1):
+            port = vllm.vllm_port or self._pick_port()
+            if vllm.vllm_port and port_taken(port):
+                raise EngineError(
+                    f"port {port} (VLLM_PORT) is already taken by another process, perhaps an "
+                    "engine left over from an earlier worker; stop it, or set VLLM_PORT=0 to pick "
+                    "a free port",
+                    fatal=True,
+                )
+            self.base_url = f"http://127.0.0.1:{port}"
+            argvs = launch_argvs(self.spec, port, self._pick_port())
+            self.children = [Child(role, argv) for role, argv in argvs.items()]
+            self.tail.clear()
+            try:
+                await self._start_children(t0 + vllm.vllm_startup_timeout_s)
+                break
+            except _PortTaken as exc:
+                if vllm.vllm_port or attempt == START_ATTEMPTS:
+                    raise EngineError(str(exc), fatal=True) from None
+                log.warning("%s; starting again on other ports", exc)
+        self._watcher = asyncio.create_task(self._watch())
+        self.facts["spawn_to_healthy_s"] = round(time.perf_counter() - t0, 2)
+        self.facts["kv_cache_dtype"] = self.spec.kv_cache_dtype
+        self.facts["argv"] = self.children[0].argv[1:]
+        self.facts["split_start"] = len(self.children) > 1
+        self.facts["pid"] = self.proc.pid if self.proc else None
+        return dict(self.facts)
+
+    def _check_family(self) -> None:
+        """A model downloaded at start was told by its name alone: its config must agree."""
+        if self.family is None or self.files.settings.model_family:
+            return
+        home = self.downloaded or {}
+        files = self.files
+        if "home" in home:
+            files = ModelFiles(files.settings.model_copy(update={"hf_home": home["home"]}))
+        config = files.config()
+        found = detect(config, files.name).family if config else None
+        if found is not None and found.name != self.family.name:
+            raise ConfigError(
+                f"the model {files.name} is of the {found.name} family by its config.json, but "
+                f"the worker was set up for {self.family.name} (by its name); set "
+                f"MODEL_FAMILY={found.name}"
+            )
+
+    async def _start_children(self, deadline: float) -> None:
+        for child in self.children:
+            await self._spawn(child)
+        async with httpx.AsyncClient(timeout=5) as client:
+            while True:
+                if exited := self._exited():
+                    await self._failed_start(exited)
+                with contextlib.suppress(httpx.HTTPError):
+                    if (await client.get(self.base_url + "/health")).status_code == 200:
+                        break
+                if time.perf_counter() > deadline:
+                    await self.stop()
+                    raise EngineError(
+                        "the vLLM server was not healthy within "
+                        f"{self.spec.vllm.vllm_startup_timeout_s:g} s "
+                        f"(VLLM_STARTUP_TIMEOUT_S); last log lines:\n{self.log_tail()}",
+                        fatal=True,
+                    )
+                await asyncio.sleep(0.5)
+            with contextlib.suppress(httpx.HTTPError, ValueError):
+                version = (await client.get(self.base_url + "/version")).json()
+                self.facts["vllm_version"] = version.get("version")
+        if exited := self._exited():  # healthy, but not ours: it exited meanwhile
+            await self._failed_start(exited)
+
+    async def _failed_start(self, exited: Child) -> None:
+        await self._read_to_end(exited)
+        await self.stop()
+        reason = self._exit_reason("while starting", exited)
+        if address_in_use(list(self.tail)):
+            raise _PortTaken(reason)
+        raise EngineError(reason, fatal=True)
+
+    async def _spawn(self, child: Child) -> None:
+        log.info("starting engine %s: %s", child.role, shlex.join(child.argv))
+        python, *rest = child.argv
+        env = self.child_env()
+        if child.role == "engine":  # fork the engine core: it has vLLM imported already
+            env.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "fork")
+        child.proc = await asyncio.create_subprocess_exec(
+            python,
+            "-c",
+            _LAUNCH,
+            str(os.getpid()),
+            *rest,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            env=env,
+            start_new_session=True,  # so stop() can end its whole process group
+        )
+        child.reader = asyncio.create_task(self._read_log(child.proc))
+
+    @staticmethod
+    async def _read_to_end(child: Child) -> None:
+        """Let the log reader take what an exited child wrote last (its reason to exit)."""
+        if child.reader is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(child.reader), 5)
+
+    def child_env(self) -> dict[str, str]:
+        """The server's environment: ours, the hub settings, and a compile cache on the network
+        volume when one is mounted, so the next cold start reuses the kernels this one compiled
+        (DeepGEMM's among them: minutes of JIT on the first start with FP8 weights)."""
+        model = self.files.settings
+        env = dict(os.environ) | {
+            "PYTHONUNBUFFERED": "1",
+            "HF_HUB_OFFLINE": "1" if model.hf_hub_offline else "0",
+        }
+        if model.hf_home:
+            env["HF_HOME"] = model.hf_home
+        if self.downloaded is not None:  # found or downloaded at start: read offline
+            env["HF_HUB_OFFLINE"] = "1"
+            if "hub_cache" in self.downloaded:  # RunPod's model cache
+                env["HF_HUB_CACHE"] = self.downloaded["hub_cache"]
+            else:
+                env["HF_HOME"] = self.downloaded["home"]
+        volume = self.files.volume
+        if volume.is_dir():
+            for name, where in CACHES.items():
+                env.setdefault(name, str(volume / "vllm-cache" / where))
+        return env
+
+    async def _read_log(self, proc: asyncio.subprocess.Process) -> None:
+        assert proc.stdout is not None
+        async for raw in proc.stdout:
+            line = raw.decode(errors="replace").rstrip()
+            self.tail.append(line)
+            for name, value in facts_in(line).items():
+                self.facts.setdefault(name, value)
+            if "ERROR" in line or "Traceback" in line:
+                log.warning("engine: %s", line)
+            else:
+                log.debug("engine: %s", line)
+
+    async def _any_exit(self, timeout: float) -> Child | None:
+        """The first child to exit within `timeout` seconds, or None."""
+        waits = [asyncio.ensure_future(c.proc.wait()) for c in self.children if c.proc]
+        try:
+            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+        return self._exited()
+
+    async def _watch(self) -> None:
+        """Notice an exit at once, and a server that stops answering within a few checks."""
+        misses = 0
+        async with httpx.AsyncClient(timeout=HEALTH_INTERVAL_S) as client:
+            while not (exited := await self._any_exit(HEALTH_INTERVAL_S)):
+                try:
+                    ok = (await client.get(self.base_url + "/health")).status_code == 200
+                except httpx.HTTPError:
+                    ok = False
+                misses = 0 if ok else misses + 1
+                if misses >= HEALTH_FAILURES_FATAL:
+                    self.failure = (
+                        f"the vLLM server stopped answering /health ({misses} checks in a row, "
+                        f"{misses * 2 * HEALTH_INTERVAL_S:.0f} s at most); it was stopped"
+                    )
+                    self._failed.set()
+                    log.error(self.failure)
+                    await self.stop()
+                    return
+        if self.failure is None:
+            await self._read_to_end(exited)
+            self.failure = self._exit_reason("while serving", exited)
+            self._failed.set()
+            log.error("%s\n%s", self.failure, self.log_tail())
+            await self.stop()  # the other process of a split start is no use alone
+
+    def _exit_reason(self, when: str, child: Child | None = None) -> str:
+        child = child or self.children[0]
+        code = child.proc.returncode if child.proc else None
+        return exit_reason(child.role, when, code, list(self.tail))
+
+    async def gone_after_error(self) -> bool:
+        """After a failed request: did the server go away (give it a moment to exit)? When it
+        did, `failure` says why by the time this returns."""
+        if self.failure:
+            return True
+        if not await self._any_exit(3):
+            return False
+        # the watcher reads the exited child's last lines, then records why it exited
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._failed.wait(), 10)
+        return True
+
+    def log_tail(self, lines: int = 20) -> str:
+        return "\n".join(list(self.tail)[-lines:])
+
+    def terminate(self, grace_s: float = 10.0) -> None:
+        """End the children's process groups now (the engine core with its launcher), from
+        anywhere, a signal handler included: SIGTERM, then SIGKILL to what is left after
+        `grace_s`. A group outlives its leader when the leader alone was killed."""
+        groups = [c.proc.pid for c in self.children if c.proc]
+        _signal_groups(groups, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        while groups and time.monotonic() < deadline:
+            groups = [pgid for pgid in groups if _signal_groups([pgid], 0)]
+            time.sleep(0.1)
+        _signal_groups(groups, signal.SIGKILL)
+
+    async def stop(self) -> None:
+        if self._watcher is not None and self._watcher is not asyncio.current_task():
+            self._watcher.cancel()
+        await asyncio.to_thread(self.terminate, 20.0)
+        for child in self.children:
+            if child.proc is not None:
+                await child.proc.wait()
+            if child.reader is not None:
+                child.reader.cancel()
+
+
+def _signal_groups(pgids: list[int], sig: int) -> bool:
+    """Send `sig` to each process group; whether any of them still had a process."""
+    found = False
+    for pgid in pgids:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, sig)
+            found = True
+    return found

@@ -1,0 +1,174 @@
+"""The RunPod entry: settings, the worker, and the handler functions the SDK calls.
+
+Cold start: parse settings, start the engine and warm it with a real rendered page, then hand
+jobs to the worker. One worker takes up to MAX_CONCURRENT_JOBS jobs at once; their pages share
+the engine. See README.md for the job input and result.
+
+On RunPod (and under the SDK's local API server) the handler streams: each page's outcome is
+yielded the moment it is stored (`PageItem`), and the last item is the whole job result
+(`ResultItem`), or its error when RunPod should mark the job failed (`FailedItem`); RunPod's
+`/stream` shows the pages as they finish, `/run` + `/status` the aggregated list.
+`--test_input` runs one job and prints its result.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import runpod
+
+from ..contract import JobResult, PageItem, final_item
+from ..errors import ConfigError
+from ..pipeline.assemble import build_worker
+from ..pipeline.worker import Worker
+from ..settings import Settings
+from .runtime import Finished, WorkerLoop
+
+log = logging.getLogger("vlm_ocr.handler")
+# After a job that saw the engine die, give the SDK time to deliver the result, then exit non-zero
+# so RunPod replaces this worker (the result also carries `refresh_worker`).
+EXIT_AFTER_ENGINE_FAILURE_S = 5.0
+Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+StreamHandler = Callable[[dict[str, Any]], AsyncIterator[dict[str, Any]]]
+
+
+def on_runpod() -> bool:
+    """True inside a RunPod worker (the SDK is given its job queue's address)."""
+    return bool(os.environ.get("RUNPOD_WEBHOOK_GET_JOB"))
+
+
+def report_progress(job: dict[str, Any], item: PageItem) -> None:
+    """RunPod's progress update for one page (on RunPod), and a log line."""
+    update = item.progress()
+    if on_runpod():
+        runpod.serverless.progress_update(job, update)
+    log.info(
+        "job %s: page %s %s (%s/%s)",
+        job["id"],
+        update["page"],
+        update["status"],
+        update["done"],
+        update["total"],
+    )
+
+
+def exit_if_engine_failed(worker: Worker, result: JobResult) -> None:
+    if result.refresh_worker or worker.engine.failure:
+        log.error(
+            "engine failed (%s); exiting in %.0f s",
+            worker.engine.failure,
+            EXIT_AFTER_ENGINE_FAILURE_S,
+        )
+        timer = threading.Timer(EXIT_AFTER_ENGINE_FAILURE_S, os._exit, args=(1,))
+        timer.daemon = True
+        timer.start()
+
+
+def make_handler(loop: WorkerLoop, worker: Worker) -> Handler:
+    """One job, one result: `--test_input` (the SDK's local run takes no generator)."""
+
+    async def handler(job: dict[str, Any]) -> dict[str, Any]:
+        result = await loop.submit(
+            worker.run(job["id"], job.get("input"), lambda item: report_progress(job, item))
+        )
+        out = result.wire()
+        if not on_runpod():
+            print(json.dumps(out, ensure_ascii=False, indent=2), flush=True)
+        exit_if_engine_failed(worker, result)
+        return out
+
+    return handler
+
+
+def make_stream_handler(loop: WorkerLoop, worker: Worker) -> StreamHandler:
+    """Pages as they are stored, then the job result (RunPod and the local API server)."""
+
+    async def handler(job: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        def run(emit: Callable[[PageItem], None]) -> Any:
+            def on_page(item: PageItem) -> None:
+                report_progress(job, item)
+                emit(item)
+
+            return worker.run(job["id"], job.get("input"), on_page)
+
+        async for item in loop.stream(run):
+            if isinstance(item, Finished):
+                result: JobResult = item.value
+                exit_if_engine_failed(worker, result)
+                yield final_item(result).model_dump(mode="json", exclude_none=True)
+            else:
+                yield item.model_dump(mode="json", exclude_none=True)
+
+    return handler
+
+
+def refuse_all(reason: str) -> Handler:
+    """Every job is answered with why this worker cannot run any (a misconfiguration)."""
+
+    async def handler(job: dict[str, Any]) -> dict[str, Any]:
+        result = JobResult.refused(job["id"], f"the worker is misconfigured: {reason}")
+        out = result.wire()
+        if not on_runpod():
+            print(json.dumps(out, ensure_ascii=False, indent=2), flush=True)
+        return out
+
+    return handler
+
+
+def stop_on_signals(worker: Worker) -> None:
+    """SIGTERM (RunPod stopping the worker) or SIGINT: end the engine and the render processes,
+    then exit, so no engine outlives its worker."""
+
+    def stop(signum: int, frame: object) -> None:
+        log.warning("got %s; stopping the engine and exiting", signal.Signals(signum).name)
+        worker.terminate()
+        os._exit(128 + signum)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, stop)
+
+
+def main() -> None:
+    settings = Settings.from_env(os.environ)
+    # force: importing runpod has configured the root logger already, which would ignore ours
+    logging.basicConfig(
+        level=settings.job.log_level,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        force=True,
+    )
+    loop = WorkerLoop()
+    worker = build_worker(settings)
+    stop_on_signals(worker)
+    try:
+        loop.run(worker.start())
+    except ConfigError as exc:
+        # A restart would fail the same way: stay up and say why to every job instead.
+        log.error("this worker cannot run jobs with its settings: %s", exc)
+        worker.terminate()
+        runpod.serverless.start({"handler": refuse_all(str(exc))})
+        return
+    except Exception as exc:
+        log.error("cold start failed; this worker takes no jobs: %s", exc)
+        worker.terminate()
+        sys.exit(1)
+
+    def concurrency_modifier(current: int) -> int:
+        return settings.job.max_concurrent_jobs
+
+    # The SDK's local run (`--test_input`, or no job queue and no `--rp_serve_api`) cannot
+    # iterate a generator; everywhere else the handler streams.
+    local_run = not on_runpod() and "--rp_serve_api" not in sys.argv
+    runpod.serverless.start(
+        {
+            "handler": (make_handler if local_run else make_stream_handler)(loop, worker),
+            "concurrency_modifier": concurrency_modifier,
+            "return_aggregate_stream": True,
+        }
+    )

@@ -1,0 +1,145 @@
+"""A rendered page and its pixel budget: the values that cross from rendering to the engines.
+
+`PageImage.of` encodes a page as PNG, hashes its pixels (stored results are reused only for the
+same pixels) and tells a blank page by its ink, in the render process that made it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import math
+from dataclasses import dataclass, field
+
+from PIL import Image
+
+PNG_LEVEL = 1  # fastest zlib level: ~3x faster than level 6, ~15 % larger on text pages
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How large a rendered page may be (total pixels, its longest side), and how a model family
+    wants its pages drawn: PDF pages at a resolution (`dpi`), the shorter side raised to a
+    minimum (`min_side`), both sides on the model's patch grid (`grid`).
+
+    Without `dpi` a PDF page is drawn to fill the pixel budget, and an image is only scaled down.
+    """
+
+    max_pixels: int
+    max_side: int | None = None
+    dpi: float | None = None
+    min_side: int | None = None
+    grid: int | None = None
+
+    def cap(self, width: float, height: float) -> float:
+        """The largest scale the pixel budget and the longest side allow."""
+        scale = math.sqrt(self.max_pixels / (width * height))
+        if self.max_side:
+            scale = min(scale, self.max_side / max(width, height))
+        return scale
+
+    def scale_for(self, width: float, height: float, *, pdf: bool = False) -> float:
+        """The scale from a source's size (points for a PDF page, pixels for an image)."""
+        cap = self.cap(width, height)
+        # a PDF page at its resolution, or filling the budget; an image as it is
+        scale = (self.dpi / 72 if self.dpi else cap) if pdf else 1.0
+        if self.min_side:
+            scale = max(scale, self.min_side / min(width, height))
+        return min(scale, cap)
+
+    def size_for(self, width: float, height: float, *, pdf: bool = False) -> tuple[int, int]:
+        """The rendered page's size in pixels, snapped to the grid when there is one."""
+        scale = self.scale_for(width, height, pdf=pdf)
+        w, h = max(1, round(width * scale)), max(1, round(height * scale))
+        return self.snap(w, h) if self.grid else (w, h)
+
+    def snap(self, width: int, height: int) -> tuple[int, int]:
+        """Both sides to whole grid cells, the area held within the budget by taking a cell off
+        whichever side keeps the aspect ratio closer."""
+        g = self.grid or 1
+        cols, rows = max(1, round(width / g)), max(1, round(height / g))
+        aspect = width / height
+        while cols * rows * g * g > self.max_pixels and (cols > 1 or rows > 1):
+            if cols == 1:
+                rows -= 1
+            elif rows == 1 or abs((cols - 1) / rows - aspect) < abs(cols / (rows - 1) - aspect):
+                cols -= 1
+            else:
+                rows -= 1
+        return cols * g, rows * g
+
+
+# Blank pages. The page is shrunk to about BLANK_SAMPLE_PIXELS by averaging (which flattens scanner
+# noise and speckle), and a pixel is ink when it is BLANK_INK_CONTRAST levels darker than the
+# paper (the median). Faint bleed-through from the back of the sheet stays well above that. A
+# page is blank when under BLANK_MAX_INK of it is ink. Measured on generated 1.6 MP scans: white,
+# noise (sigma 10 and 20), 0.2 % speckle, bleed-through at 15 % contrast and grey paper all give
+# 0; a lone page number "12" gives 6.7e-5, a small stray mark 9e-5, one line of text 1.4e-3 and
+# a page of text 1.4e-2. So anything that leaves a mark goes to the engine: losing a page number
+# is worse than reading a near-empty page.
+BLANK_DETECTOR = "ink-v1"
+BLANK_SAMPLE_PIXELS = 180_000
+BLANK_INK_CONTRAST = 80
+BLANK_MAX_INK = 1e-5
+
+
+def ink_fraction(image: Image.Image) -> float:
+    gray = image.convert("L")
+    factor = max(1, round(math.sqrt(gray.width * gray.height / BLANK_SAMPLE_PIXELS)))
+    if factor > 1:
+        gray = gray.reduce(factor)
+    hist = gray.histogram()
+    total = gray.width * gray.height
+    seen, paper = 0, 255
+    for level in range(255, -1, -1):  # the median, from the bright end
+        seen += hist[level]
+        if seen * 2 >= total:
+            paper = level
+            break
+    return sum(hist[: max(0, paper - BLANK_INK_CONTRAST)]) / total
+
+
+@dataclass(frozen=True)
+class PageImage:
+    """A rendered page as PNG; `sha256` identifies its pixels (used to reuse stored results);
+    `blank` says it has no ink to read (see `ink_fraction`); `scanned` that its text is only
+    pixels (an image, or a PDF page without a text layer), so it may lie sideways. A PDF page
+    also carries its size in points (`pdf_size`, to place what was read on the page) and the
+    text of its own text layer, if it has one (`text_layer`)."""
+
+    png: bytes = field(repr=False)
+    sha256: str
+    width: int
+    height: int
+    blank: bool = False
+    scanned: bool = False
+    pdf_size: tuple[float, float] | None = None
+    text_layer: str | None = field(default=None, repr=False)
+
+    @classmethod
+    def of(
+        cls,
+        image: Image.Image,
+        *,
+        scanned: bool = False,
+        pdf_size: tuple[float, float] | None = None,
+        text_layer: str | None = None,
+    ) -> PageImage:
+        digest = hashlib.sha256(f"{image.width}x{image.height}:".encode())
+        digest.update(image.tobytes())
+        buf = io.BytesIO()
+        image.save(buf, format="PNG", compress_level=PNG_LEVEL)
+        blank = ink_fraction(image) < BLANK_MAX_INK
+        return cls(
+            buf.getvalue(),
+            digest.hexdigest(),
+            image.width,
+            image.height,
+            blank,
+            scanned,
+            pdf_size,
+            text_layer or None,
+        )
+
+    def pil(self) -> Image.Image:
+        return Image.open(io.BytesIO(self.png)).convert("RGB")

@@ -1,0 +1,172 @@
+"""A pool of processes for the CPU-bound work of pages, with a deadline per task.
+
+Decoding, rendering and encoding a page can take any time a crafted file asks for (nested form
+XObjects, a huge image) and a thread cannot be stopped. So that work runs in child processes: the
+event loop hands a task to an idle child and awaits its answer on the pipe without blocking, and a
+task that outlives its deadline is killed with its process, which is replaced. Children are
+started with `spawn` (the worker has threads, which `fork` would copy half-way) and may be given
+an address-space limit, so a page that asks for too much memory fails alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import multiprocessing
+import os
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any, TypeVar
+
+from ..errors import PageError
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+def host_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+class TaskTimeout(Exception):
+    """The task did not finish in time; its process was killed."""
+
+
+class TaskFailed(Exception):
+    """The task raised something other than a PageError, or its process died."""
+
+
+def _serve(conn: Connection, memory_limit: int) -> None:
+    """A child's life: run tasks until the pipe closes. A PageError travels back as itself;
+    anything else as its type name only (no paths or tracebacks leave the child)."""
+    import ctypes
+    import signal
+
+    from . import render  # noqa: F401  (loaded before the limit: the limit is for the work)
+
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # die with the worker, even mid-render
+    if memory_limit:
+        import resource
+
+        # On top of what the process has mapped now (libraries, thread arenas), which differs
+        # from host to host: the limit bounds what one task may add.
+        mapped = int(Path("/proc/self/statm").read_text().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        resource.setrlimit(resource.RLIMIT_AS, (mapped + memory_limit, mapped + memory_limit))
+    while True:
+        try:
+            fn, args = conn.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            conn.send(("ok", fn(*args)))
+        except PageError as exc:
+            conn.send(("page", (exc.stage, exc.message)))
+        except MemoryError:
+            conn.send(("failed", "it needed more memory than RENDER_MEMORY_MB allows"))
+        except Exception as exc:
+            conn.send(("failed", type(exc).__name__))
+
+
+class _Child:
+    def __init__(self, ctx: Any, memory_limit: int) -> None:
+        self.conn, child_end = ctx.Pipe()
+        self.proc = ctx.Process(
+            target=_serve, args=(child_end, memory_limit), name="vlm-ocr-cpu", daemon=True
+        )
+        self.proc.start()
+        child_end.close()
+
+    def kill(self) -> None:
+        with contextlib.suppress(Exception):
+            self.proc.kill()
+        self.proc.join(5)
+        self.conn.close()
+
+
+class CpuPool:
+    """`size` child processes; `run(fn, *args, timeout_s=…)` runs `fn(*args)` in one of them.
+
+    `fn` and its arguments and result are pickled: pass paths and small values, not documents.
+    """
+
+    def __init__(self, size: int = 0, *, memory_limit_mb: int = 0) -> None:
+        self.size = size or host_cores()
+        self._memory_limit = memory_limit_mb * 1024 * 1024
+        self._ctx = multiprocessing.get_context("spawn")
+        self._idle: asyncio.Queue[_Child] | None = None
+        self._children: set[_Child] = set()
+
+    @property
+    def started(self) -> bool:
+        return self._idle is not None
+
+    async def start(self) -> None:
+        self._idle = asyncio.Queue()
+        for _ in range(self.size):
+            self._idle.put_nowait(self._spawn())
+
+    def _spawn(self) -> _Child:
+        child = _Child(self._ctx, self._memory_limit)
+        self._children.add(child)
+        return child
+
+    def _replace(self, child: _Child) -> None:
+        child.kill()
+        self._children.discard(child)
+        assert self._idle is not None
+        self._idle.put_nowait(self._spawn())
+
+    async def run(self, fn: Callable[..., T], /, *args: Any, timeout_s: float) -> T:
+        """fn(*args) in a child; PageError as raised there, TaskTimeout past `timeout_s`,
+        TaskFailed for anything else."""
+        if self._idle is None:
+            raise RuntimeError("the CPU pool was not started")
+        child = await self._idle.get()
+        try:
+            child.conn.send((fn, args))
+            kind, value = await asyncio.wait_for(self._answer(child.conn), timeout_s)
+        except TimeoutError:
+            self._replace(child)
+            raise TaskTimeout(f"it did not finish within {timeout_s:g} s") from None
+        except (EOFError, OSError):
+            code = child.proc.exitcode
+            self._replace(child)
+            raise TaskFailed(f"its process died (exit code {code})") from None
+        except BaseException:  # cancelled: the child is busy with work nobody will read
+            self._replace(child)
+            raise
+        self._idle.put_nowait(child)
+        if kind == "page":
+            raise PageError(*value)
+        if kind == "failed":
+            raise TaskFailed(value)
+        return value
+
+    @staticmethod
+    async def _answer(conn: Connection) -> tuple[str, Any]:
+        loop = asyncio.get_running_loop()
+        ready = loop.create_future()
+        fd = conn.fileno()
+        loop.add_reader(fd, lambda: ready.done() or ready.set_result(None))
+        try:
+            await ready
+        finally:
+            loop.remove_reader(fd)
+        return conn.recv()
+
+    def pids(self) -> list[int]:
+        """The live children's process ids (to watch or measure them from outside)."""
+        return [c.proc.pid for c in self._children if c.proc.pid is not None]
+
+    def terminate(self) -> None:
+        for child in list(self._children):
+            child.kill()
+        self._children.clear()
+
+    async def close(self) -> None:
+        self.terminate()

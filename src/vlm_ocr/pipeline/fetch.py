@@ -1,0 +1,178 @@
+"""Download a job's file from an https URL, safely.
+
+Only public https targets are fetched: every redirect hop is checked, and so is the address the
+connection actually reached (a host name that resolves to a private address is refused even if it
+changed between the check and the connect). An address is public when Python calls it global
+(`is_global`), and addresses that embed an IPv4 address (mapped, 6to4, Teredo, NAT64) are judged
+by that address. The body streams into a file against a size and a time limit. URLs are shown
+without their credentials and query (`redact`), which may hold tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import socket
+from collections.abc import Callable
+from typing import BinaryIO
+from urllib.parse import urljoin, urlsplit
+
+import httpx
+
+from ..errors import InputError
+from ..urls import redact
+
+MAX_REDIRECTS = 5
+
+
+class DownloadTimeout(InputError):
+    """The download did not finish in its time."""
+
+
+# httpx logs every request line with its full URL, credentials and query included.
+logging.getLogger("httpx").setLevel(logging.WARNING)
+logging.getLogger("httpcore").setLevel(logging.INFO)
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+
+
+def blocked(addr: str) -> str | None:
+    """Why an address must not be fetched from, or None when it is public."""
+    ip = ipaddress.ip_address(addr.split("%", 1)[0])
+    if isinstance(ip, ipaddress.IPv6Address):
+        for embedded in (ip.ipv4_mapped, ip.sixtofour, ip.teredo and ip.teredo[1]):
+            if embedded:
+                return blocked(str(embedded))
+        if ip in _NAT64:
+            return blocked(str(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)))
+    if ip.is_global and not ip.is_multicast:
+        return None
+    kind = next(
+        (
+            what
+            for what, flag in (
+                ("loopback", ip.is_loopback),
+                ("link-local", ip.is_link_local),
+                ("private", ip.is_private),
+            )
+            if flag
+        ),
+        "non-public",
+    )
+    return f"{kind} address {ip}"
+
+
+def _target(url: str, field: str, allow_private: bool) -> tuple[str, int]:
+    """Host and port of a URL we may fetch, or InputError saying what is wrong with it."""
+    shown = redact(url)
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname, parts.port or 443
+        if host:
+            host.encode("idna")  # empty or over-long labels, bad characters
+            if ".." in host:
+                raise ValueError("empty label")
+    except (ValueError, UnicodeError):
+        raise InputError(field, f"{shown!r} is not a valid URL (check its host and port)") from None
+    allowed = ("https", "http") if allow_private else ("https",)
+    if parts.scheme not in allowed or not host:
+        raise InputError(field, f"{shown!r} is not an https URL; only https:// URLs are fetched")
+    return host, port
+
+
+async def _check_target(url: str, field: str, allow_private: bool) -> None:
+    host, port = _target(url, field, allow_private)
+    if allow_private:
+        return
+    try:
+        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        reason = getattr(exc, "strerror", None) or "invalid host name"
+        raise InputError(field, f"cannot resolve host {host!r}: {reason}") from None
+    for info in infos:
+        reason = blocked(info[4][0])
+        if reason:
+            raise InputError(
+                field, f"{host!r} resolves to a {reason}; only public hosts are fetched"
+            )
+
+
+async def download(
+    url: str,
+    dest: BinaryIO,
+    *,
+    field: str,
+    max_bytes: int,
+    timeout_s: float,
+    allow_private: bool,
+    take: Callable[[int], None] = lambda n: None,
+) -> int:
+    """Stream `url` into `dest`; returns the bytes written, or raises InputError naming `field`.
+    `take(n)` is called for every chunk (the job's byte budget) and may raise InputError."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await _download(url, dest, field, max_bytes, timeout_s, allow_private, take)
+    except TimeoutError:
+        raise DownloadTimeout(
+            field, f"download did not finish within {timeout_s:g} s; use a faster host or a key"
+        ) from None
+
+
+async def _download(
+    url: str,
+    dest: BinaryIO,
+    field: str,
+    max_bytes: int,
+    timeout_s: float,
+    allow_private: bool,
+    take: Callable[[int], None],
+) -> int:
+    timeout = httpx.Timeout(timeout_s, connect=min(10.0, timeout_s))
+    async with httpx.AsyncClient(timeout=timeout, follow_redirects=False) as client:
+        for _ in range(MAX_REDIRECTS + 1):
+            await _check_target(url, field, allow_private)
+            shown = redact(url)
+            try:
+                async with client.stream("GET", url) as resp:
+                    if not allow_private:
+                        _check_peer(resp, field)
+                    if resp.is_redirect:
+                        url = urljoin(url, resp.headers["location"])
+                        continue
+                    if resp.status_code != 200:
+                        raise InputError(field, f"GET {shown} answered HTTP {resp.status_code}")
+                    length = resp.headers.get("content-length") or ""
+                    declared = int(length) if length.isdigit() else 0
+                    if declared > max_bytes:
+                        raise InputError(field, _too_large(declared, max_bytes))
+                    size = 0
+                    async for chunk in resp.aiter_bytes():
+                        size += len(chunk)
+                        if size > max_bytes:
+                            raise InputError(field, _too_large(size, max_bytes))
+                        take(len(chunk))
+                        dest.write(chunk)
+                    return size
+            except httpx.HTTPError as exc:
+                raise InputError(field, f"GET {shown} failed ({type(exc).__name__})") from None
+            except ValueError:  # a redirect to a URL httpx cannot parse
+                raise InputError(field, f"GET {shown} redirected to an invalid URL") from None
+        raise InputError(field, f"more than {MAX_REDIRECTS} redirects")
+
+
+def _check_peer(resp: httpx.Response, field: str) -> None:
+    stream = resp.extensions.get("network_stream")
+    peer = stream.get_extra_info("server_addr") if stream is not None else None
+    if peer:
+        reason = blocked(peer[0])
+        if reason:
+            raise InputError(
+                field, f"the URL connected to a {reason}; only public hosts are fetched"
+            )
+
+
+def _too_large(size: int, limit: int) -> str:
+    return (
+        f"the file is over the {limit / 1e6:g} MB limit (at least {size / 1e6:.1f} MB); "
+        "split it or raise MAX_DOWNLOAD_BYTES"
+    )

@@ -1,0 +1,231 @@
+"""Turn a page (a PDF page or an image file) into a PNG within the pixel budget.
+
+These functions run in the CPU pool's child processes (`cpu_pool`), on files the job's sources
+spilled to disk: they take paths and return a small `PageImage`, so nothing large crosses the
+pipe. An image is scaled down while it is decoded where the format allows (JPEG draft mode,
+integer `reduce`), and flattened to RGB only after scaling, so memory follows what is kept.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import warnings
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+
+import pymupdf
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+from ..errors import PageError
+from ..images import Budget, PageImage
+
+# Our own limit (MAX_IMAGE_PIXELS) is checked before decoding; Pillow's warning would duplicate it.
+Image.MAX_IMAGE_PIXELS = None
+MAX_PDF_ZOOM = 600 / 72  # never render a small PDF page above 600 dpi
+MAX_ASPECT = 50  # longer side / shorter side: a thinner strip is no page a model can read
+ACCEPTED_IMAGE_FORMATS = {"PNG", "JPEG", "WEBP", "TIFF", "MPO"}
+IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".webp", ".tif", ".tiff"}
+_OPEN_DOCS = 4  # PDFs kept open per process (pages of one job tend to come together)
+
+
+@dataclass(frozen=True)
+class PdfInfo:
+    page_count: int
+    repaired: bool
+
+
+_docs: OrderedDict[str, pymupdf.Document] = OrderedDict()
+
+
+def _open(path: str) -> pymupdf.Document:
+    doc = _docs.pop(path, None)
+    if doc is None:
+        doc = pymupdf.open(path, filetype="pdf")
+        while len(_docs) >= _OPEN_DOCS:
+            _docs.popitem(last=False)[1].close()
+    _docs[path] = doc
+    return doc
+
+
+def inspect_pdf(path: str) -> PdfInfo:
+    """Open a PDF and say how many pages it has, or PageError('open', reason a user can act on)."""
+    with open(path, "rb") as fh:
+        head = fh.read(1024)
+    if not head.lstrip()[:5].startswith(b"%PDF"):
+        raise PageError("open", "the data is not a PDF (it does not start with %PDF)")
+    try:
+        doc = _open(path)
+    except Exception as exc:
+        raise PageError(
+            "open", f"the PDF is corrupt or truncated and cannot be opened ({_said(exc, path)})"
+        ) from None
+    if doc.needs_pass:
+        raise PageError("open", "the PDF is encrypted with a password; send an unencrypted copy")
+    if doc.page_count == 0:
+        raise PageError("open", "the PDF has no pages")
+    return PdfInfo(doc.page_count, bool(doc.is_repaired))
+
+
+MAX_TEXT_LAYER_CHARS = 200_000  # a page's own text kept for a fallback; more is no page's text
+
+
+def render_pdf_page(path: str, number: int, budget: Budget) -> PageImage:
+    try:
+        doc = _open(path)
+        page = doc[number - 1]
+        _check_aspect(page.rect.width, page.rect.height)
+        page_image = draw_page(page, budget)
+    except PageError:
+        raise
+    except Exception as exc:  # MuPDF raises plain RuntimeErrors for broken pages
+        raise PageError(
+            "render", f"page {number} could not be rendered: {_said(exc, path)}"
+        ) from None
+    if doc.is_repaired and page_image.blank:
+        raise PageError(
+            "render",
+            f"page {number} came out blank from a damaged PDF (MuPDF had to repair the file; "
+            "it is probably truncated): send the complete file",
+        )
+    return page_image
+
+
+def draw_page(page: pymupdf.Page, budget: Budget) -> PageImage:
+    """One PDF page as the budget says: drawn at its scale (600 dpi at most), then fitted to the
+    grid when the budget has one; with its size in points and its own text layer."""
+    rect = page.rect
+    zoom = min(budget.scale_for(rect.width, rect.height, pdf=True), MAX_PDF_ZOOM)
+    pix = page.get_pixmap(matrix=pymupdf.Matrix(zoom, zoom), alpha=False)
+    pixels = Image.frombytes("RGB", (pix.width, pix.height), pix.samples)
+    if budget.grid:
+        size = budget.snap(pix.width, pix.height)
+        if size != pixels.size:
+            pixels = pixels.resize(size, Image.Resampling.LANCZOS)
+    text = page.get_text("text")[:MAX_TEXT_LAYER_CHARS].strip()
+    return PageImage.of(
+        pixels, scanned=not text, pdf_size=(rect.width, rect.height), text_layer=text
+    )
+
+
+def render_image(path: str, budget: Budget, max_image_pixels: int) -> PageImage:
+    """Decode an image file, turn it upright by its EXIF orientation, fit the budget, flatten
+    to RGB on white."""
+    img = open_image(path, max_image_pixels)
+    _check_aspect(img.width, img.height)
+    scale = budget.scale_for(img.width, img.height)
+    try:
+        if scale < 1 and img.format == "JPEG":
+            img.draft(img.mode, (math.ceil(img.width * scale), math.ceil(img.height * scale)))
+        img.load()
+        img = _resizable(ImageOps.exif_transpose(img))
+        scale = budget.scale_for(img.width, img.height)  # draft may have scaled already
+        if scale != 1 or budget.grid:
+            size = (max(1, int(img.width * scale)), max(1, int(img.height * scale)))
+            size = budget.snap(*size) if budget.grid else size
+            factor = min(img.width // size[0], img.height // size[1])
+            if factor >= 2:
+                img = img.reduce(factor)  # a cheap box filter first, then a small exact resize
+            if size != img.size:
+                img = img.resize(size, Image.Resampling.LANCZOS)
+    except (OSError, SyntaxError, ValueError) as exc:
+        raise PageError(
+            "decode", f"the image is corrupt or truncated ({_said(exc, path)})"
+        ) from None
+    return PageImage.of(_to_rgb(img), scanned=True)
+
+
+def open_image(path: str, max_image_pixels: int) -> Image.Image:
+    """Read an image's header and check it, without decoding its pixels."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            img = Image.open(path)
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError):
+        raise PageError(
+            "decode", "the data is not an image Pillow can read; accepted: PNG, JPEG, WebP, TIFF"
+        ) from None
+    if img.format not in ACCEPTED_IMAGE_FORMATS:
+        raise PageError(
+            "decode", f"{img.format} images are not accepted; accepted: PNG, JPEG, WebP, TIFF"
+        )
+    if img.width * img.height > max_image_pixels:
+        raise PageError(
+            "decode",
+            f"the image is {img.width}×{img.height} = {img.width * img.height / 1e6:.0f} MP, "
+            f"over the {max_image_pixels / 1e6:g} MP limit (MAX_IMAGE_PIXELS)",
+        )
+    return img
+
+
+def image_pixels(path: str) -> int:
+    """Width × height from the header (0 when it cannot be read: decoding will say why)."""
+    try:
+        with Image.open(path) as img:
+            return img.width * img.height
+    except Exception:
+        return 0
+
+
+def _said(exc: Exception, path: str) -> str:
+    """A library's error message, without the worker's spill-file path in it."""
+    return str(exc).replace(path, "the file").replace(Path(path).name, "the file")
+
+
+def _check_aspect(width: float, height: float) -> None:
+    short, long = sorted((width, height))
+    if short <= 0 or long / short > MAX_ASPECT:
+        raise PageError(
+            "render",
+            f"the page is {width:.0f}×{height:.0f}, an aspect ratio over 1:{MAX_ASPECT}; "
+            "crop it or split it into pages",
+        )
+
+
+def _resizable(img: Image.Image) -> Image.Image:
+    """The image in a mode Pillow scales well (L, LA, RGB, RGBA), at its bit depth or less."""
+    if img.mode in ("L", "LA", "RGB", "RGBA"):
+        return img
+    if img.mode in ("PA", "P") and (img.mode == "PA" or "transparency" in img.info):
+        return img.convert("RGBA")
+    if img.mode in ("I;16", "I;16B", "I;16L", "I"):
+        return img.point(lambda v: v / 256).convert("L")
+    if img.mode == "1":
+        return img.convert("L")
+    return img.convert("RGB")
+
+
+def _to_rgb(img: Image.Image) -> Image.Image:
+    """Flatten onto white (after scaling: the alpha channel is not kept at full size)."""
+    if img.mode == "RGB":
+        return img
+    if img.mode in ("RGBA", "LA"):
+        rgba = img.convert("RGBA")
+        white = Image.new("RGB", rgba.size, (255, 255, 255))
+        white.paste(rgba, mask=rgba.getchannel("A"))
+        return white
+    return img.convert("RGB")
+
+
+def turn_page(image: PageImage, clockwise: int) -> PageImage:
+    """The page turned clockwise by 90, 180 or 270 degrees (its model said it lies turned)."""
+    with Image.open(io.BytesIO(image.png)) as opened:
+        turned = opened.convert("RGB").rotate(-clockwise, expand=True)
+    size = image.pdf_size
+    if size is not None and clockwise % 180:
+        size = (size[1], size[0])
+    return PageImage.of(turned, scanned=image.scanned, pdf_size=size, text_layer=image.text_layer)
+
+
+def pdf_page_image(pdf: bytes, number: int, budget: Budget) -> PageImage:
+    """Render one page of PDF bytes in this process (the warm-up page, tools)."""
+    doc = pymupdf.open(stream=pdf, filetype="pdf")
+    try:
+        return draw_page(doc[number - 1], budget)
+    finally:
+        doc.close()
+
+
+def is_image_file(path: Path) -> bool:
+    return path.suffix.lower() in IMAGE_SUFFIXES

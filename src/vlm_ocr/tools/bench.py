@@ -1,0 +1,447 @@
+"""`vlm-ocr bench`: pages/s and the time per stage (render, engine, store) per page.
+
+It runs jobs of a generated multi-page PDF through the same Worker the handler uses, with the
+engine ENGINE selects and the store the settings select (a temp folder unless --bucket/--out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from .. import samples
+from ..contract import JobResult
+from ..engines.base import EngineOptions
+from ..engines.factory import make_engine
+from ..images import Budget, PageImage
+from ..pipeline.assemble import build_worker
+from ..pipeline.render import pdf_page_image
+from ..settings import Settings
+
+STAGES = (
+    "render_s",
+    "orient_s",
+    "queue_s",
+    "engine_s",
+    "store_s",
+    "second_opinion_wait_s",
+    "total_s",
+)
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """CPU time the processes have used so far (Linux /proc): the render processes and the CPU
+    models' processes, measured from outside them."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[round(q) - 1]
+
+
+async def bench_main(settings: Settings, args: argparse.Namespace) -> int:
+    s3 = None
+    if args.loopback_s3:
+        from ..testing.loopback_s3 import LoopbackS3
+
+        s3 = LoopbackS3()
+        settings = settings.with_(**s3.settings_update(s3.create_bucket("bench")))
+    try:
+        with tempfile.TemporaryDirectory(prefix="vlm-ocr-bench-") as tmp:
+            use_bucket = args.bucket or args.loopback_s3
+            out = None if use_bucket else (args.out or Path(tmp))
+            if use_bucket and not settings.bucket.configured:
+                print("vlm-ocr bench --bucket: set BUCKET_NAME and its credentials first")
+                return 2
+            t0 = time.perf_counter()
+            engine = make_engine(settings, EngineOptions(exact_output_tokens=args.output_tokens))
+            worker = build_worker(settings, engine, out_dir=out)
+            await worker.start()
+            cold_start = time.perf_counter() - t0
+            try:
+                # Later passes run on an engine that has seen the workload: a first pass slower
+                # than the next is start-up work the warm-up page did not do.
+                passes = [
+                    await run_bench(
+                        worker,
+                        pages=args.pages,
+                        jobs=args.jobs,
+                        second_opinion=args.second_opinion,
+                        series=n,
+                    )
+                    for n in range(args.passes)
+                ]
+                figures = passes[-1] | {"earlier_passes": passes[:-1]}
+                if args.direct:
+                    figures["direct"] = await _direct(worker, args)
+            finally:
+                await worker.close()
+    finally:
+        if s3 is not None:
+            s3.stop()
+    print_report(figures, worker.engine_facts(), cold_start, worker.store.kind)
+    return 0 if all(p["failed"] == 0 for p in passes) else 1
+
+
+class Timeline:
+    """When each engine request was sent and answered, recorded around the engine's `ask`:
+    how full a run kept the engine (the mean of requests in flight), how long it took to send
+    the first request and to finish after the last answer. The worker and the direct path are
+    measured alike, so their difference is the worker's own."""
+
+    def __init__(self, engine: Any) -> None:
+        self.spans: list[tuple[float, float]] = []
+        self.t0 = time.perf_counter()
+        self._engine, self._ask = engine, getattr(engine, "ask", None)
+        if self._ask is not None:
+            engine.ask = self._recorded
+
+    async def _recorded(self, *args: Any, **kwargs: Any) -> Any:
+        sent = time.perf_counter()
+        try:
+            return await self._ask(*args, **kwargs)
+        finally:
+            self.spans.append((sent, time.perf_counter()))
+
+    def close(self) -> None:
+        if self._ask is not None:
+            del self._engine.ask  # the class's method again
+
+    def figures(self, end: float) -> dict[str, float]:
+        if not self.spans:
+            return {}
+        wall = end - self.t0
+        first = min(s for s, _ in self.spans) - self.t0
+        last = max(e for _, e in self.spans)
+        busy = sum(e - s for s, e in self.spans)
+        # Sweep the sends and answers in time order (an answer before a send at the same
+        # instant): when the run first had its most requests in flight, and when it last did.
+        events = sorted([(s, 1) for s, _ in self.spans] + [(e, -1) for _, e in self.spans])
+        peak = in_flight = 0
+        full_from = full_until = self.t0
+        for t, step in events:
+            if step < 0 and in_flight == peak:
+                full_until = t
+            in_flight += step
+            if in_flight > peak:
+                peak, full_from, full_until = in_flight, t, t
+        return {
+            "first_request_s": first,
+            "after_last_answer_s": end - last,
+            "mean_in_flight": busy / wall if wall else 0.0,
+            "peak_in_flight": peak,
+            "peak_from_s": full_from - self.t0,
+            "peak_until_s": full_until - self.t0,
+        }
+
+
+async def run_bench(
+    worker: Any, *, pages: int, jobs: int, second_opinion: bool = False, series: int = 0
+) -> dict[str, Any]:
+    """One pass of `jobs` jobs of `pages` pages; pass `series` n for the n-th pass of a run."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+
+    def job(j: int) -> dict[str, Any]:
+        # Every job's pages differ, in every pass, so no page is served from the engine's
+        # prefix cache or from the store's earlier results.
+        first = (series * jobs + j) * pages + 1
+        doc = samples.pdf_from_pages(samples.numbered_pages(pages, first=first))
+        return {
+            "pdf": {"base64": base64.b64encode(doc).decode()},
+            "output_prefix": f"bench/{stamp}/pass-{series}/job-{j:03d}",
+            "second_opinion": second_opinion,
+        }
+
+    # Made before the clock starts (2.2 s for a 224-page PDF on an H200 host): what the
+    # user's job brings is not the worker's time.
+    bench_jobs = [job(j) for j in range(jobs)]
+
+    async def one(j: int) -> JobResult:
+        return await worker.run(f"bench-{j}", bench_jobs[j])
+
+    cpu0, pool0 = time.process_time(), cpu_seconds(worker.pool.pids())
+    models0 = cpu_seconds(worker.cpu_models.pool.pids())
+    timeline = Timeline(worker.engine)  # its t0 is the run's start, as on the direct path
+    try:
+        results = await asyncio.gather(*(one(j) for j in range(jobs)))
+    finally:
+        timeline.close()
+    end = time.perf_counter()
+    wall = end - timeline.t0
+    cpu, pool_cpu = time.process_time() - cpu0, cpu_seconds(worker.pool.pids()) - pool0
+    models_cpu = cpu_seconds(worker.cpu_models.pool.pids()) - models0
+    page_reports = [p for r in results for p in r.pages]
+    per_stage = {s: [p.timings[s] for p in page_reports if s in p.timings] for s in STAGES}
+    return {
+        "pages": len(page_reports),
+        "failed": sum(p.status != "ok" for p in page_reports) + sum(not r.pages for r in results),
+        "wall_s": wall,
+        "pages_per_s": len(page_reports) / wall if wall else 0.0,
+        "output_tokens_per_s": sum(p.output_tokens or 0 for p in page_reports) / wall,
+        "worker_cpu_ms_per_page": 1000 * cpu / max(1, len(page_reports)),
+        "render_cpu_ms_per_page": 1000 * pool_cpu / max(1, len(page_reports)),
+        "cpu_models_cpu_ms_per_page": 1000 * models_cpu / max(1, len(page_reports)),
+        "review": sum(bool(p.review) for p in page_reports),
+        "timeline": timeline.figures(end),
+        "stages": {
+            s: {"p50": percentile(v, 50), "p95": percentile(v, 95), "mean": statistics.fmean(v)}
+            for s, v in per_stage.items()
+            if v
+        },
+    }
+
+
+async def _direct(worker: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """The same number of pages straight to the engine's server, at the worker's concurrency,
+    first attempt only: the baseline that shows the worker's overhead."""
+    engine = worker.engine
+    if not hasattr(engine, "ask"):
+        return {"skipped": f"the {engine.facts.name} engine has no server to call directly"}
+    # Pages of the same shape and number as a worker pass's, but new to the engine's prefix cache.
+    count = args.pages * args.jobs
+    pdf = samples.pdf_from_pages(samples.numbered_pages(count, first=args.passes * count + 1))
+    budget = engine.budget(worker.settings.render.max_pixels)
+    pages = [pdf_page_image(pdf, n, budget) for n in range(1, count + 1)]
+    prompt = engine.prompt_for(None, None, None)
+    gate = asyncio.Semaphore(worker.engine_slots)
+    latencies: list[float] = []
+    tokens: list[int] = []
+
+    async def one(page: PageImage) -> None:
+        async with gate:
+            t0 = time.perf_counter()
+            answer = await engine.ask(page.png, prompt, engine.attempts[0])
+            latencies.append(time.perf_counter() - t0)
+            tokens.append(answer.output_tokens or 0)
+
+    timeline = Timeline(engine)
+    try:
+        await asyncio.gather(*(one(p) for p in pages))
+    finally:
+        timeline.close()
+    end = time.perf_counter()
+    wall = end - timeline.t0
+    return {
+        "pages": count,
+        "timeline": timeline.figures(end),
+        "wall_s": wall,
+        "pages_per_s": count / wall,
+        "output_tokens_per_s": sum(tokens) / wall,
+        "p50": percentile(latencies, 50),
+        "p95": percentile(latencies, 95),
+    }
+
+
+def print_report(
+    fig: dict[str, Any], engine: dict[str, Any], cold_start: float, store: str
+) -> None:
+    print(
+        f"engine: {engine['name']} {engine['version']} model={engine.get('model')} "
+        f"concurrency={engine['concurrency']}  store: {store}"
+    )
+    print(f"cold start (start + warm-up): {cold_start:.2f} s", end="")
+    if "spawn_to_healthy_s" in engine:
+        print(
+            f"  = spawn to healthy {engine['spawn_to_healthy_s']:.2f} s"
+            f" + warm-up page {engine['warmup_s']:.2f} s",
+            end="",
+        )
+    print()
+
+    def totals(p: dict[str, Any]) -> str:
+        return (
+            f"pages: {p['pages']}  failed: {p['failed']}  wall: {p['wall_s']:.2f} s  "
+            f"pages/s: {p['pages_per_s']:.2f}  output tokens/s: {p['output_tokens_per_s']:.0f}"
+        )
+
+    earlier = fig.get("earlier_passes", [])
+    for n, p in enumerate(earlier, 1):
+        print(f"pass {n}: {totals(p)}")
+        print_timeline(f"pass {n}", p)
+    print((f"pass {len(earlier) + 1}: " if earlier else "") + totals(fig))
+    print(
+        f"CPU per page: worker process (event loop, HTTP, JSON, store; and the CPU engine) "
+        f"{fig['worker_cpu_ms_per_page']:.1f} ms, render processes "
+        f"{fig['render_cpu_ms_per_page']:.1f} ms"
+        + (
+            f", CPU-model processes (orientation, second opinion) "
+            f"{fig['cpu_models_cpu_ms_per_page']:.1f} ms ({fig['review']} pages to review)"
+            if fig["cpu_models_cpu_ms_per_page"]
+            else ""
+        )
+    )
+    print(f"{'stage (s/page)':<16}{'p50':>10}{'p95':>10}{'mean':>10}")
+    # total_s is each page's latency through the worker (render to stored)
+    for stage, v in fig["stages"].items():
+        print(f"{stage:<16}{v['p50']:>10.4f}{v['p95']:>10.4f}{v['mean']:>10.4f}")
+    direct = fig.get("direct")
+    if direct:
+        if "skipped" in direct:
+            print(f"direct: skipped ({direct['skipped']})")
+        else:
+            print(
+                f"direct to server: pages/s {direct['pages_per_s']:.2f}  output tokens/s "
+                f"{direct['output_tokens_per_s']:.0f}  latency p50 "
+                f"{direct['p50']:.3f} s p95 {direct['p95']:.3f} s  "
+                f"worker/direct pages/s ratio {fig['pages_per_s'] / direct['pages_per_s']:.2f}"
+            )
+    print_timeline("worker", fig)
+    print_timeline("direct", direct or {})
+
+
+def print_timeline(name: str, figures: dict[str, Any]) -> None:
+    if t := figures.get("timeline"):
+        print(
+            f"{name} timeline: first request at {t['first_request_s']:.2f} s, end "
+            f"{t['after_last_answer_s']:.2f} s after the last answer, requests in flight "
+            f"{t['mean_in_flight']:.1f} on average, {t['peak_in_flight']} at most "
+            f"from {t['peak_from_s']:.2f} s to {t['peak_until_s']:.2f} s"
+        )
+
+
+# --- memory: `vlm-ocr bench --memory` ----------------------------------------------------------
+
+MEMORY_SCENARIOS = ("one-page", "64-large-images", "2000-page-pdf")
+
+
+def _scenario_job(name: str) -> dict[str, Any]:
+    if name == "one-page":
+        pdf = samples.pdf_from_pages(samples.numbered_pages(1))
+        return {"pdf": {"base64": base64.b64encode(pdf).decode()}}
+    if name == "2000-page-pdf":
+        pdf = samples.pdf_from_pages(samples.numbered_pages(2000, lines=2))
+        return {"pdf": {"base64": base64.b64encode(pdf).decode()}}
+    import io
+
+    from PIL import Image, ImageDraw
+
+    # A 48 MP scan (just under MAX_IMAGE_PIXELS): small as a PNG, 144 MB once decoded.
+    img = Image.new("RGB", (6000, 8000), "white")
+    draw = ImageDraw.Draw(img)
+    for y in range(200, 7800, 120):
+        draw.rectangle((300, y, 5700, y + 40), fill=(20, 20, 20))
+    buf = io.BytesIO()
+    img.save(buf, format="PNG", compress_level=1)
+    src = {"base64": base64.b64encode(buf.getvalue()).decode()}
+    return {"images": [src] * 64}
+
+
+async def _memory_scenario(settings: Settings, name: str) -> dict[str, Any]:
+    import resource
+
+    from ..testing.fakes import FakeEngine
+
+    job = _scenario_job(name)
+    # The render path's memory: orientation's processes hold the CPU engine's models, a fixed
+    # cost apart from the pages (`vlm-ocr bench --pages N` with scanned pages shows their time).
+    settings = settings.with_(auto_rotate=False)
+    # An engine that answers every page at once: this measures the worker, not an engine.
+    engine = FakeEngine(lambda page, prompt: f"{page.width}x{page.height}", concurrency=64)
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with tempfile.TemporaryDirectory(prefix="vlm-ocr-memory-") as tmp:
+        worker = build_worker(settings, engine, out_dir=Path(tmp))
+        await worker.start()
+        t0 = time.perf_counter()
+        try:
+            result = await worker.run(name, job | {"output_prefix": name})
+        finally:
+            await worker.close()
+    wall = time.perf_counter() - t0
+    return {
+        "scenario": name,
+        "pages": result.totals.pages,
+        "ok": result.totals.ok,
+        "wall_s": wall,
+        "job_input_mb": sum(len(str(v)) for v in job.values()) / 1e6,
+        "worker_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "worker_before_job_mb": base / 1024,
+        "render_process_peak_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
+    }
+
+
+def memory_main(settings: Settings, scenario: str | None) -> int:
+    """Each scenario in a fresh process, so each peak is its own."""
+    import json
+    import subprocess
+    import sys
+
+    if scenario:
+        print(json.dumps(asyncio.run(_memory_scenario(settings, scenario))))
+        return 0
+    render = settings.render
+    print(
+        f"render processes: {render.render_processes or 'one per core'}, MAX_PIXELS "
+        f"{render.max_pixels:,}, MAX_IMAGE_PIXELS {render.max_image_pixels:,}, "
+        f"DECODE_PIXELS {render.decode_pixels:,}"
+    )
+    print(
+        f"{'scenario':<18}{'pages':>7}{'ok':>6}{'wall s':>9}{'input MB':>10}"
+        f"{'worker peak MB':>16}{'render proc peak MB':>21}"
+    )
+    for name in MEMORY_SCENARIOS:
+        out = subprocess.run(
+            [sys.executable, "-m", "vlm_ocr", "bench", "--memory", "--scenario", name],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        r = json.loads(out.strip().splitlines()[-1])
+        print(
+            f"{name:<18}{r['pages']:>7}{r['ok']:>6}{r['wall_s']:>9.1f}{r['job_input_mb']:>10.1f}"
+            f"{r['worker_peak_mb']:>16.0f}{r['render_process_peak_mb']:>21.0f}"
+        )
+    return 0
+
+
+def render_overhead(pages: int = 40) -> None:
+    """ms per normal page: rendered in this process, and through the render processes."""
+    from ..pipeline.cpu_pool import CpuPool
+    from ..pipeline.render import render_pdf_page
+
+    budget = Budget(Settings().render.max_pixels)
+    with tempfile.NamedTemporaryFile(suffix=".pdf") as fh:
+        fh.write(samples.pdf_from_pages(samples.numbered_pages(pages)))
+        fh.flush()
+        render_pdf_page(fh.name, 1, budget)  # open and warm
+        t0 = time.perf_counter()
+        for n in range(1, pages + 1):
+            render_pdf_page(fh.name, n, budget)
+        inline = (time.perf_counter() - t0) / pages
+
+        async def pooled() -> float:
+            pool = CpuPool(1)
+            await pool.start()
+            try:
+                await pool.run(render_pdf_page, fh.name, 1, budget, timeout_s=60)
+                t0 = time.perf_counter()
+                for n in range(1, pages + 1):
+                    await pool.run(render_pdf_page, fh.name, n, budget, timeout_s=60)
+                return (time.perf_counter() - t0) / pages
+            finally:
+                await pool.close()
+
+        through_pool = asyncio.run(pooled())
+    print(
+        f"render + PNG per page at {budget.max_pixels:,} px: in-process {inline * 1000:.1f} ms, "
+        f"through a render process {through_pool * 1000:.1f} ms "
+        f"(+{(through_pool - inline) * 1000:.1f} ms, none of it on the event loop)"
+    )

@@ -1,0 +1,372 @@
+"""`vlm-ocr plan`: GPU memory for a model and how many pages fit in its KV cache at once.
+
+All the arithmetic is shown, so a user can check it by hand:
+
+    weights        = safetensors bytes of the checkpoint, else parameters × bytes/parameter
+    KV bytes/token = 2 (K and V) × full-attention layers × KV heads × head dim × bytes/element
+    image tokens   = (W′ × H′) / patch², each side rounded to a multiple of the patch (32 for
+                     Qwen3-VL and Qwen3.5, 28 for Qwen2-VL and Qwen2.5-VL), within the budget
+    page tokens    = image tokens + prompt tokens + output token cap
+    KV budget      = GPU memory × utilization − weights − activation reserve
+    pages at once  = KV budget / (page tokens × KV bytes/token + recurrent state per sequence)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..engines.families import FAMILIES, detect
+from ..settings import MIN_PIXELS, RenderSettings
+
+GB = 1e9
+DTYPE_BYTES = {
+    "auto": 2,
+    "bfloat16": 2,
+    "bf16": 2,
+    "float16": 2,
+    "fp16": 2,
+    "half": 2,
+    "fp8": 1,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+    "float32": 4,
+}
+# Bytes per parameter of the weights by quantization method (config.json quantization_config).
+QUANT_BYTES = {
+    "awq": 0.5 + 1 / 64,
+    "gptq": 0.5 + 1 / 64,
+    "fp8": 1.0,
+    "compressed-tensors": 0.5 + 1 / 64,
+}
+PROMPT_TOKENS = 150  # chat template + preset text; the legal preset is about 250 Chinese tokens
+ACTIVATION_RESERVE_GB = 4.0  # vLLM's profiling peak for activations, CUDA graphs and the encoder
+
+
+def patch_for(model_type: str) -> int:
+    """Pixels per image token along a side: patch size × spatial merge."""
+    if model_type.startswith(("qwen2_vl", "qwen2_5_vl", "dots_ocr", "mistral3")):
+        return 28  # patch 14, merged 2×2 (dots.ocr; LightOnOCR's Pixtral)
+    return 32  # qwen3_vl, qwen3_5 (and their MoE variants)
+
+
+def round_to(value: float, factor: int) -> int:
+    return max(factor, round(value / factor) * factor)
+
+
+def image_tokens(
+    width: int, height: int, *, max_pixels: int, patch: int = 32, min_pixels: int = MIN_PIXELS
+) -> int:
+    """Tokens the Qwen-VL processor spends on a width × height image (its smart_resize)."""
+    h, w = round_to(height, patch), round_to(width, patch)
+    if h * w > max_pixels:
+        beta = math.sqrt(height * width / max_pixels)
+        h = max(patch, math.floor(height / beta / patch) * patch)
+        w = max(patch, math.floor(width / beta / patch) * patch)
+    elif h * w < min_pixels:
+        beta = math.sqrt(min_pixels / (height * width))
+        h = math.ceil(height * beta / patch) * patch
+        w = math.ceil(width * beta / patch) * patch
+    return (h * w) // (patch * patch)
+
+
+@dataclass
+class ModelShape:
+    model_type: str
+    layers: int
+    full_attention_layers: int
+    kv_heads: int
+    head_dim: int
+    params: tuple[float, float] | None  # (decoder layers, embeddings + vision tower)
+    quantization: str | None
+    weight_dtype_bytes: float
+    linear_state_bytes: int = 0  # per sequence, all linear-attention (GDN) layers together
+    notes: list[str] = field(default_factory=list)
+
+
+def _text_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    return cfg.get("text_config") or cfg.get("llm_config") or cfg
+
+
+def read_shape(cfg: dict[str, Any]) -> ModelShape:
+    text = _text_config(cfg)
+    layers = int(text["num_hidden_layers"])
+    heads = int(text["num_attention_heads"])
+    kv_heads = int(text.get("num_key_value_heads") or heads)
+    head_dim = int(text.get("head_dim") or text["hidden_size"] // heads)
+    notes = []
+    layer_types = text.get("layer_types")
+    interval = text.get("full_attention_interval")
+    if layer_types:
+        full = sum(t == "full_attention" for t in layer_types)
+    elif interval:
+        full = layers // int(interval)
+    else:
+        full = layers
+    state = 0
+    if full < layers:
+        linear = layers - full
+        # Gated DeltaNet: a (key dim × value dim) state per value head, plus a short conv cache.
+        k_heads = int(text.get("linear_num_key_heads", 16))
+        v_heads = int(text.get("linear_num_value_heads", 32))
+        k_dim = int(text.get("linear_key_head_dim", 128))
+        v_dim = int(text.get("linear_value_head_dim", 128))
+        conv = int(text.get("linear_conv_kernel_dim", 4))
+        ssm_state = v_heads * k_dim * v_dim * 4  # float32 recurrent state
+        conv_state = (2 * k_heads * k_dim + v_heads * v_dim) * (conv - 1) * 2
+        state = linear * (ssm_state + conv_state)
+        notes.append(
+            f"{linear} linear-attention layers hold a fixed state of {state / 2**20:.1f} MiB "
+            "per sequence instead of a KV cache"
+        )
+    quant = cfg.get("quantization_config") or text.get("quantization_config") or {}
+    method = quant.get("quant_method")
+    if method == "compressed-tensors":  # its weights' bits say which kind it is
+        groups = list((quant.get("config_groups") or {}).values())
+        bits = (groups[0].get("weights") or {}).get("num_bits") if groups else None
+        method = "fp8" if bits == 8 else method
+    dtype = str(
+        cfg.get("torch_dtype") or text.get("torch_dtype") or text.get("dtype") or "bfloat16"
+    )
+    wbytes = (
+        QUANT_BYTES.get(method, DTYPE_BYTES.get(dtype, 2)) if method else DTYPE_BYTES.get(dtype, 2)
+    )
+    return ModelShape(
+        model_type=str(cfg.get("model_type", "")),
+        layers=layers,
+        full_attention_layers=full,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        params=estimate_params(cfg),
+        quantization=method,
+        weight_dtype_bytes=wbytes,
+        linear_state_bytes=state,
+        notes=notes,
+    )
+
+
+def estimate_params(cfg: dict[str, Any]) -> tuple[float, float] | None:
+    """Parameter counts from the shapes: the decoder layers (what quantization shrinks), and the
+    embeddings, output head and vision tower (which AWQ/GPTQ checkpoints keep in 16 bits)."""
+    text = _text_config(cfg)
+    try:
+        hidden, layers = int(text["hidden_size"]), int(text["num_hidden_layers"])
+        vocab = int(text["vocab_size"])
+        heads = int(text["num_attention_heads"])
+        kv = int(text.get("num_key_value_heads") or heads)
+        hd = int(text.get("head_dim") or hidden // heads)
+    except (KeyError, TypeError, ValueError):
+        return None
+    attn = hidden * hd * (heads * 2 + kv * 2)
+    experts = int(text.get("num_experts") or 0)
+    if experts:
+        inter = int(text.get("moe_intermediate_size") or text["intermediate_size"])
+        mlp = experts * 3 * hidden * inter + hidden * experts
+        shared = int(text.get("shared_expert_intermediate_size") or 0)
+        mlp += 3 * hidden * shared
+    else:
+        mlp = 3 * hidden * int(text["intermediate_size"])
+    embed = (
+        vocab
+        * hidden
+        * (1 if text.get("tie_word_embeddings") or cfg.get("tie_word_embeddings") else 2)
+    )
+    vision = cfg.get("vision_config") or {}
+    vis = 0
+    if vision:
+        vh = int(vision.get("hidden_size") or vision.get("embed_dim") or 0)
+        depth = int(vision.get("depth") or vision.get("num_hidden_layers") or 0)
+        vis = depth * (4 * vh * vh + 2 * vh * int(vision.get("intermediate_size", 0)))
+    return float(layers * (attn + mlp)), float(embed + vis)
+
+
+def safetensors_bytes(model_dir: Path) -> int | None:
+    files = list(model_dir.glob("*.safetensors"))
+    return sum(f.stat().st_size for f in files) if files else None
+
+
+@dataclass
+class Plan:
+    gpu_memory_gb: float
+    weights_gb: float
+    weights_source: str
+    kv_bytes_per_token: int
+    kv_cache_dtype: str
+    image_tokens: int
+    page_tokens: int
+    kv_budget_gb: float
+    pages_at_once: int
+    arithmetic: list[str]
+    notes: list[str]
+
+
+def plan(
+    cfg: dict[str, Any],
+    *,
+    model_dir: Path | None,
+    gpu_memory_gb: float,
+    kv_cache_dtype: str,
+    page_size: tuple[int, int],
+    max_pixels: int,
+    max_tokens: int,
+    max_model_len: int,
+    gpu_memory_utilization: float,
+    tensor_parallel_size: int,
+    prompt_tokens: int = PROMPT_TOKENS,
+) -> Plan:
+    shape = read_shape(cfg)
+    kv_elem = DTYPE_BYTES[kv_cache_dtype]
+    kv_per_token = 2 * shape.full_attention_layers * shape.kv_heads * shape.head_dim * kv_elem
+    on_disk = safetensors_bytes(model_dir) if model_dir else None
+    if on_disk:
+        weights = on_disk / GB
+        source = f"safetensors files: {on_disk:,} bytes"
+    elif shape.params:
+        layer_params, other_params = shape.params
+        other_bytes = 2 if shape.quantization else shape.weight_dtype_bytes
+        weights = (layer_params * shape.weight_dtype_bytes + other_params * other_bytes) / GB
+        source = (
+            f"{layer_params / 1e9:.1f} B layer parameters × {shape.weight_dtype_bytes:.3f} bytes "
+            f"({shape.quantization or 'unquantized'}) + {other_params / 1e9:.2f} B embedding and "
+            f"vision parameters × {other_bytes:g} bytes"
+        )
+    else:
+        raise ValueError("cannot size the weights: no safetensors files and no shapes in config")
+    w, h = page_size
+    img = image_tokens(w, h, max_pixels=max_pixels, patch=patch_for(shape.model_type))
+    page = min(img + prompt_tokens + max_tokens, max_model_len)
+    per_gpu_weights = weights / tensor_parallel_size
+    usable = gpu_memory_gb * gpu_memory_utilization
+    kv_budget = (usable - per_gpu_weights - ACTIVATION_RESERVE_GB) * tensor_parallel_size
+    per_page = page * kv_per_token + shape.linear_state_bytes
+    pages = max(0, int(kv_budget * GB // per_page)) if kv_budget > 0 else 0
+    arithmetic = [
+        f"weights: {source} = {weights:.1f} GB "
+        f"({per_gpu_weights:.1f} GB per GPU at TP {tensor_parallel_size})",
+        f"KV bytes/token: 2 × {shape.full_attention_layers} attention layers"
+        f" × {shape.kv_heads} KV heads × {shape.head_dim} head dim"
+        f" × {kv_elem} B ({kv_cache_dtype}) = {kv_per_token:,}",
+        f"image tokens: {w}×{h} within {max_pixels:,} px, "
+        f"{patch_for(shape.model_type)}×{patch_for(shape.model_type)} px per token = {img:,}",
+        f"page tokens: {img:,} image + {prompt_tokens} prompt + {max_tokens:,} output cap"
+        f" = {img + prompt_tokens + max_tokens:,}"
+        + (
+            f" (capped at max_model_len {max_model_len:,})"
+            if page < img + prompt_tokens + max_tokens
+            else ""
+        ),
+        f"KV budget: ({gpu_memory_gb:g} GB × {gpu_memory_utilization:g}"
+        f" − {per_gpu_weights:.1f} GB weights − {ACTIVATION_RESERVE_GB:g} GB activations)"
+        f" × {tensor_parallel_size} GPU = {kv_budget:.1f} GB",
+        f"pages at once: {kv_budget:.1f} GB / ({page:,} tokens × {kv_per_token:,} B"
+        + (f" + {shape.linear_state_bytes:,} B state" if shape.linear_state_bytes else "")
+        + f") = {pages:,}",
+    ]
+    return Plan(
+        gpu_memory_gb=gpu_memory_gb,
+        weights_gb=round(weights, 2),
+        weights_source=source,
+        kv_bytes_per_token=kv_per_token,
+        kv_cache_dtype=kv_cache_dtype,
+        image_tokens=img,
+        page_tokens=page,
+        kv_budget_gb=round(kv_budget, 2),
+        pages_at_once=pages,
+        arithmetic=arithmetic,
+        notes=shape.notes,
+    )
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "config", type=Path, help="the model's config.json (its folder's safetensors are sized)"
+    )
+    p.add_argument(
+        "--gpu-memory",
+        type=float,
+        nargs="+",
+        default=None,
+        help="GPU memory in GB (several values: a table); default 24 48 80 141",
+    )
+    p.add_argument("--kv-cache-dtype", default="fp8", choices=sorted(DTYPE_BYTES))
+    p.add_argument(
+        "--family",
+        choices=sorted(FAMILIES),
+        help="the model's family (default: told from the config and its file name, as the "
+        "worker tells it); it sizes the page and sets the answer and context lengths",
+    )
+    p.add_argument(
+        "--page-size",
+        help="page image WxH in pixels (default: an A4 page rendered as the family renders it)",
+    )
+    p.add_argument(
+        "--max-pixels",
+        type=int,
+        default=RenderSettings.model_fields["max_pixels"].default,
+        help="page pixel budget of the chat families (default: MAX_PIXELS's default)",
+    )
+    p.add_argument(
+        "--max-tokens", type=int, help="output token cap per page (default: the family's)"
+    )
+    p.add_argument("--max-model-len", type=int, help="context (default: the family's)")
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.90)
+    p.add_argument("--tensor-parallel-size", type=int, default=1)
+    p.add_argument("--json", action="store_true")
+
+
+A4_POINTS = (595, 842)
+
+
+def plan_main(args: argparse.Namespace) -> int:
+    cfg = json.loads(args.config.read_text())
+    family = detect(cfg, str(args.config), args.family, max_pixels=args.max_pixels).family
+    budget = family.budget(args.max_pixels)
+    if args.page_size:
+        w, h = (int(v) for v in args.page_size.lower().split("x"))
+    else:
+        w, h = budget.size_for(*A4_POINTS, pdf=True)
+    prompt = family.prompt.text if family.prompt else ""
+    sizes = args.gpu_memory or [24, 48, 80, 141]
+    plans = [
+        plan(
+            cfg,
+            model_dir=args.config.parent,
+            gpu_memory_gb=g,
+            kv_cache_dtype=args.kv_cache_dtype,
+            page_size=(w, h),
+            max_pixels=budget.max_pixels,
+            max_tokens=args.max_tokens or family.sampling.max_tokens,
+            max_model_len=args.max_model_len or family.max_model_len,
+            gpu_memory_utilization=args.gpu_memory_utilization,
+            tensor_parallel_size=args.tensor_parallel_size,
+            # the chat template and the family's own prompt (about 3 characters a token)
+            prompt_tokens=30 + len(prompt) // 3 if family.prompt else PROMPT_TOKENS,
+        )
+        for g in sizes
+    ]
+    print(f"family: {family.name} ({family.title}); page {w}×{h} px", file=sys.stderr)
+    if args.json:
+        print(
+            json.dumps([asdict(p) for p in plans] if len(plans) > 1 else asdict(plans[0]), indent=2)
+        )
+        return 0
+    if len(plans) == 1:
+        print("\n".join(plans[0].arithmetic + [f"note: {n}" for n in plans[0].notes]))
+        return 0
+    first = plans[0]
+    print(
+        f"weights {first.weights_gb:.1f} GB; "
+        f"KV {first.kv_bytes_per_token:,} B/token ({args.kv_cache_dtype}); "
+        f"{first.image_tokens:,} image tokens, {first.page_tokens:,} tokens per page"
+    )
+    print(f"{'GPU GB':>8}{'KV budget GB':>14}{'pages at once':>15}")
+    for p in plans:
+        print(f"{p.gpu_memory_gb:>8g}{p.kv_budget_gb:>14.1f}{p.pages_at_once:>15,}")
+    for n in first.notes:
+        print(f"note: {n}")
+    return 0

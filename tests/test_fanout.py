@@ -118,6 +118,13 @@ def test_sixty_pages_in_six_jobs_come_back_complete_and_in_order(s3, endpoint, t
     for n, (text, page) in enumerate(zip(texts, truth, strict=True), start=1):
         assert f"Page {n} of 60" in text, (n, text)
         assert similarity(text.strip(), samples.page_text(page)) >= 0.9, (n, text)
+    # document.md: the same texts, to read, each page after its marked break
+    markdown = read(s3, manifest.markdown_key or "")
+    assert markdown == (tmp_path / "out/document.md").read_text(encoding="utf-8")
+    parts = markdown.split("<!-- page ")[1:]
+    assert [part.split(" -->")[0] for part in parts] == [str(n) for n in range(1, 61)]
+    for part, text in zip(parts, texts, strict=True):
+        assert part.split(" -->\n\n", 1)[1].strip() == text.strip()
     stored = read(s3, manifest.manifest_key)
     assert '"complete": true' in stored and (tmp_path / "out/document.json").is_file()
     # Each job's own manifest sits next to the document's.

@@ -50,6 +50,30 @@ class Block(BaseModel):
     )
     content: str = Field("", description="Markdown; HTML for tables; LaTeX for formulas.")
     label: str | None = Field(None, description="The model's own label, where it differs.")
+    image: str | None = Field(
+        None,
+        description="A figure cut from the page: its file beside the page's text "
+        "(page-0003-figure-1.png).",
+    )
+
+
+class PageBlocks(BaseModel):
+    """`page-NNNN.json`: a page's blocks, in reading order, beside its text."""
+
+    page: int
+    width: int = Field(description="The rendered page image the boxes are in, pixels.")
+    height: int
+    pdf_size: tuple[float, float] | None = Field(
+        None, description="The PDF page's size in points (PDF pages)."
+    )
+    rotated: int | None = Field(None, description="The clockwise turn the page was read at.")
+    source: str = Field(description="Who found the blocks: the model family, or the CPU engine.")
+    labelled: bool = Field(
+        description="The kinds come from the model; false: the CPU engine's lines grouped into "
+        "text blocks, headers and footers told by the document's repeated lines."
+    )
+    blocks: list[Block]
+    notes: list[str] = Field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -124,21 +148,76 @@ def _clamp(box: Sequence[float] | None, width: int, height: int) -> Box | None:
 
 def markdown(blocks: Sequence[Block], headers_footers: HeadersFooters = "drop") -> str:
     """The page's text from its blocks, in their order; headers, footers and page numbers only
-    when kept. Figures are left to the caller (they become image links once stored)."""
+    when kept. A figure cut from the page is an image link, its caption the alt text."""
     parts = []
-    for block in blocks:
+    for n, block in enumerate(blocks):
         if block.kind in RUNNING and headers_footers == "drop":
             continue
-        text = as_markdown(block)
+        text = as_markdown(block, caption_of(blocks, n))
         if text:
             parts.append(text)
     return "\n\n".join(parts)
 
 
-def as_markdown(block: Block) -> str:
+def caption_of(blocks: Sequence[Block], n: int) -> str | None:
+    """The caption next to block `n` (after it, else before it), on one line."""
+    for m in (n + 1, n - 1):
+        if 0 <= m < len(blocks) and blocks[m].kind == "caption" and blocks[m].content.strip():
+            return " ".join(blocks[m].content.split())
+    return None
+
+
+def as_markdown(block: Block, caption: str | None = None) -> str:
     content = block.content.strip()
+    if block.kind == "figure" and block.image:
+        alt = caption or " ".join(content.split("\n\n", 1)[0].split()) or "figure"
+        alt = alt[:300].replace("[", "(").replace("]", ")")
+        link = f"![{alt}]({block.image})"
+        return link if not content or content == alt else f"{link}\n\n{content}"
     if block.kind == "formula" and content and not content.startswith(("$", "\\[", "\\(")):
         return f"$$\n{content}\n$$"
     if block.kind == "code" and content and not content.startswith("```"):
         return f"```\n{content}\n```"
     return content
+
+
+def unturn(box: Box, turn: int, width: float, height: float) -> Box:
+    """A box in a page image that was turned `turn` degrees clockwise (of `width` × `height`
+    after the turn), in the page as it came, before the turn."""
+    x0, y0, x1, y1 = box
+    turn %= 360
+    if turn == 90:
+        corners = ((y0, width - x0), (y1, width - x1))
+    elif turn == 180:
+        corners = ((width - x0, height - y0), (width - x1, height - y1))
+    elif turn == 270:
+        corners = ((height - y0, x0), (height - y1, x1))
+    else:
+        return box
+    (ax, ay), (bx, by) = corners
+    return (min(ax, bx), min(ay, by), max(ax, bx), max(ay, by))
+
+
+def with_points(
+    blocks: Sequence[Block],
+    *,
+    turn: int,
+    width: int,
+    height: int,
+    pdf_size: tuple[float, float] | None,
+) -> list[Block]:
+    """Blocks whose `box_pt` is in the PDF page's points as the page is printed, whatever turn
+    it was read at (`width` × `height`: the image read; `pdf_size`: the page's, unturned)."""
+    if pdf_size is None:
+        return [b.model_copy(update={"box_pt": None}) for b in blocks]
+    sideways = turn % 180 != 0
+    original = (height, width) if sideways else (width, height)
+    sx, sy = pdf_size[0] / original[0], pdf_size[1] / original[1]
+    out = []
+    for block in blocks:
+        point = None
+        if block.box is not None:
+            x0, y0, x1, y1 = unturn(block.box, turn, width, height)
+            point = (round(x0 * sx, 2), round(y0 * sy, 2), round(x1 * sx, 2), round(y1 * sy, 2))
+        out.append(block.model_copy(update={"box_pt": point}))
+    return out

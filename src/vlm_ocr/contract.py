@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from .blocks import HeadersFooters
 from .errors import InputError
 from .prompts import PRESETS
 from .settings import MAX_PIXELS_LIMIT, MAX_SIDE_LIMIT, MIN_PIXELS, MIN_SIDE
@@ -91,6 +92,16 @@ class JobInput(_Strict):
     )
     max_pixels: int | None = Field(None, ge=MIN_PIXELS, le=MAX_PIXELS_LIMIT)
     max_side: int | None = Field(None, ge=MIN_SIDE, le=MAX_SIDE_LIMIT)
+    headers_footers: HeadersFooters = Field(
+        "drop",
+        description="`drop`: page headers, footers and page numbers are left out of the page "
+        "text (the blocks keep them, labelled); `keep`: they stay in the text.",
+    )
+    searchable_pdf: bool = Field(
+        False,
+        description="Store the document as a searchable PDF: the pages with the recognized text "
+        "laid invisibly over them (searchable.pdf beside the manifest).",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> JobInput:
@@ -117,6 +128,12 @@ class JobInput(_Strict):
             check_prefix(self.output_prefix)
         if self.json_schema is not None:
             check_json_schema(self.json_schema, preset=self.prompt)
+            if self.searchable_pdf:
+                raise InputError(
+                    "input.searchable_pdf",
+                    "a job with `json_schema` reads JSON, not the page's text, so there is "
+                    "nothing to lay over the pages; leave one of them out",
+                )
         return self
 
     @classmethod
@@ -241,6 +258,15 @@ class PageReport(BaseModel):
     error: str | None = None
     error_stage: str | None = None
     partial_key: str | None = Field(None, description="Best partial text of a failed page.")
+    blocks: int | None = Field(
+        None, description="How many blocks the page's layout has (its blocks file: `blocks_key`)."
+    )
+    blocks_key: str | None = Field(
+        None, description="Where the page's blocks are stored (page-NNNN.json)."
+    )
+    figures: list[str] | None = Field(
+        None, description="The figures cut from the page, stored as PNG (page-NNNN-figure-N.png)."
+    )
     rotated: int | None = Field(
         None,
         description="The clockwise turn (0, 90, 180, 270) that put the page upright before it "
@@ -322,6 +348,14 @@ class JobResult(BaseModel):
     prefix: str | None = None
     manifest_key: str | None = None
     manifest_url: str | None = None
+    document_key: str | None = Field(
+        None,
+        description="document.md: the pages' texts in order, page breaks marked (jobs of a "
+        "whole PDF); document.txt beside it.",
+    )
+    searchable_pdf_key: str | None = Field(
+        None, description="searchable.pdf, when the job asked for it."
+    )
     pages: list[PageReport] = Field(default_factory=list)
     totals: Totals = Field(default_factory=Totals)
     timings: dict[str, float] = Field(default_factory=dict)

@@ -43,6 +43,26 @@ class JobKeys:
     def partial(self, number: int) -> str:
         return f"{self.prefix}/failed/page-{number:04d}.partial.md"
 
+    def blocks(self, number: int) -> str:
+        """page-0001.json: the page's blocks (a job without a JSON schema)."""
+        return self.page(number, "json")
+
+    @staticmethod
+    def figure_name(number: int, index: int) -> str:
+        """page-0003-figure-1.png, as the page's Markdown links it (beside the page)."""
+        return f"page-{number:04d}-figure-{index}.png"
+
+    def figure(self, number: int, index: int) -> str:
+        return f"{self.prefix}/{self.figure_name(number, index)}"
+
+    def document(self, suffix: str) -> str:
+        """document.md, document.txt: the whole document's text."""
+        return f"{self.prefix}/document.{suffix}"
+
+    @property
+    def searchable_pdf(self) -> str:
+        return f"{self.prefix}/searchable.pdf"
+
     @property
     def manifest(self) -> str:
         return f"{self.prefix}/manifest.json"
@@ -55,13 +75,21 @@ class PageRecord:
     image_sha256: str
     fingerprint: str
     chars: int
+    #: the page's blocks file and figure files stored beside its text, from the same reading
+    blocks: int = 0
+    figures: int = 0
 
     def metadata(self) -> dict[str, str]:
-        return {
+        meta = {
             "image-sha256": self.image_sha256,
             "fingerprint": self.fingerprint,
             "chars": str(self.chars),
         }
+        if self.blocks:
+            meta["blocks"] = str(self.blocks)
+        if self.figures:
+            meta["figures"] = str(self.figures)
+        return meta
 
     @classmethod
     def from_metadata(cls, meta: dict[str, str] | None) -> PageRecord | None:
@@ -69,7 +97,13 @@ class PageRecord:
         if not meta:
             return None
         try:
-            return cls(meta["image-sha256"], meta["fingerprint"], int(meta["chars"]))
+            return cls(
+                meta["image-sha256"],
+                meta["fingerprint"],
+                int(meta["chars"]),
+                int(meta.get("blocks", 0)),
+                int(meta.get("figures", 0)),
+            )
         except (KeyError, ValueError):
             return None
 

@@ -9,6 +9,7 @@ manifests:
     {prefix}/source.pdf                 the document, uploaded once (skipped when already there)
     {prefix}/pages-0001-0050/...        one job's pages and manifest (the worker writes them)
     {prefix}/document.json              every page's status and key, every job's outcome
+    {prefix}/document.md                the pages' texts in order, page breaks marked, to read
     {prefix}/document.txt               the pages' texts in order, each ended by a form feed
 
 Running it again is safe and cheap: a job's output prefix depends only on its page range, so a
@@ -30,6 +31,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from .. import document
 from ..contract import JobResult, PageItem, PageReport, ResultItem, Totals, read_item
 from ..settings import BucketSettings, ClientSettings, Settings
 from ..storage import Bucket, ObjectMissing, S3Store, put_json
@@ -43,7 +45,7 @@ log = logging.getLogger(__name__)
 # Each job reads the source from the bucket once, which is what smaller jobs would multiply.
 DEFAULT_PAGES_PER_JOB = 50
 POLL_S = 2.0
-TEXT_CONCURRENCY = 16  # page texts read from the bucket at once for document.txt
+TEXT_CONCURRENCY = 16  # page texts read from the bucket at once for document.md and .txt
 
 
 class Part(BaseModel):
@@ -62,6 +64,9 @@ class Part(BaseModel):
 
     def output_prefix(self, prefix: str) -> str:
         return f"{prefix}/pages-{self.first:04d}-{self.last:04d}"
+
+    def range(self) -> range:
+        return range(self.first, self.last + 1)
 
 
 class DocumentTotals(Totals):
@@ -87,6 +92,7 @@ class DocumentManifest(BaseModel):
     )
     complete: bool = False
     text_key: str | None = None
+    markdown_key: str | None = Field(None, description="document.md, to read.")
     totals: DocumentTotals = Field(default_factory=DocumentTotals)
     wall_s: float | None = None
 
@@ -219,7 +225,7 @@ class Submission:
             await asyncio.gather(*(self._part(api, part) for part in todo))
         manifest.summarise()
         if manifest.complete:
-            manifest.text_key = await self._write_text(manifest)
+            manifest.text_key, manifest.markdown_key = await self._write_text(manifest)
         manifest.wall_s = round(time.perf_counter() - t0, 2)
         await self._save()
         return manifest
@@ -339,23 +345,33 @@ class Submission:
                     (self.manifest.model_dump_json(indent=2) + "\n").encode()
                 )
 
-    async def _write_text(self, manifest: DocumentManifest) -> str:
+    async def _write_text(self, manifest: DocumentManifest) -> tuple[str, str]:
+        """document.txt and document.md from the stored page texts; their keys."""
         gate = asyncio.Semaphore(TEXT_CONCURRENCY)
+        folders = {n: p.output_prefix("").lstrip("/") for p in manifest.parts for n in p.range()}
 
-        async def text(page: PageReport) -> str:
-            if not page.key or page.status == "blank":
-                return ""
+        async def text(page: PageReport) -> document.PageText:
+            folder = folders.get(page.page, "")
+            if not page.key or page.status != "ok":
+                return document.PageText(page.page, "", page.error, folder)
             async with gate:
-                return await self.store.read_text(page.key)
+                return document.PageText(
+                    page.page, await self.store.read_text(page.key), None, folder
+                )
 
         texts = await asyncio.gather(*(text(p) for p in manifest.pages))
-        whole = "".join(t.rstrip("\n") + "\n\f" for t in texts)
-        key = self.key(f"{manifest.prefix}/document.txt")
-        await self.store.put(key, whole.encode(), "text/plain; charset=utf-8")
-        if self.options.out is not None:
-            self.options.out.mkdir(parents=True, exist_ok=True)
-            (self.options.out / "document.txt").write_text(whole, encoding="utf-8")
-        return key
+        written = {"txt": document.plain(texts), "md": document.markdown(texts)}
+        kinds = {"txt": "text/plain; charset=utf-8", "md": "text/markdown; charset=utf-8"}
+        for suffix, body in written.items():
+            await self.store.put(
+                self.key(f"{manifest.prefix}/document.{suffix}"), body.encode(), kinds[suffix]
+            )
+            if self.options.out is not None:
+                self.options.out.mkdir(parents=True, exist_ok=True)
+                (self.options.out / f"document.{suffix}").write_text(body, encoding="utf-8")
+        return self.key(f"{manifest.prefix}/document.txt"), self.key(
+            f"{manifest.prefix}/document.md"
+        )
 
 
 def _ending(output: Any) -> tuple[JobResult | None, str | None]:

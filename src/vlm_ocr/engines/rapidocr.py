@@ -1,7 +1,8 @@
 """The embedded CPU engine: RapidOCR (PP-OCR models in ONNX, shipped inside the package).
 
 It stands in for the GPU model on a laptop. It reads no prompt; its lines are joined in reading
-order by `reading_order`, so two-column pages come out column by column.
+order by `reading_order`, so two-column pages come out column by column, and grouped into text
+blocks with boxes (no kinds: the document's repeated lines tell its headers and footers).
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ from typing import Any
 
 import numpy as np
 
+from ..blocks import RawBlock, place
 from ..errors import EngineError
 from ..images import Budget, PageImage
 from ..prompts import Prompt, resolve
 from .base import EngineFacts, Recognition
-from .reading_order import Line, to_text
+from .families.base import Reading
+from .reading_order import Line, paragraphs, to_text
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +58,7 @@ class RapidOcrEngine:
         self.facts.details = {
             "load_s": round(loaded - t0, 3),
             "warmup_s": round(result.seconds, 3),
+            "blocks": "text blocks with boxes (its lines grouped; no kinds)",
         }
 
     async def recognize(self, page: PageImage, prompt: Prompt | None) -> Recognition:
@@ -62,11 +66,25 @@ class RapidOcrEngine:
             raise EngineError("the CPU engine was not started")
         t0 = time.perf_counter()
         async with self._lock:
-            text = await asyncio.to_thread(self._read, page)
-        return Recognition(text=text, finish_reason="stop", seconds=time.perf_counter() - t0)
+            reading = await asyncio.to_thread(self._read, page)
+        return Recognition(
+            text=reading.text,
+            finish_reason="stop",
+            seconds=time.perf_counter() - t0,
+            reading=reading,
+        )
 
-    def _read(self, page: PageImage) -> str:
-        return read_image(self._ocr, np.asarray(page.pil()), self.detection_order)
+    def _read(self, page: PageImage) -> Reading:
+        lines = read_lines(self._ocr, np.asarray(page.pil()))
+        if self.detection_order:
+            return Reading("\n".join(ln.text for ln in lines))
+        raw = [RawBlock("text", p.box, p.text) for p in paragraphs(lines)]
+        placed = place(
+            raw, {"text": "text"}, width=page.width, height=page.height, pdf_size=page.pdf_size
+        )
+        return Reading(
+            to_text(lines), tuple(placed.blocks), notes=tuple(placed.notes), labelled=False
+        )
 
     def budget(self, max_pixels: int) -> Budget:
         return Budget(max_pixels)
@@ -103,14 +121,19 @@ def load_ocr(threads: int = -1, **params: Any) -> Any:
     )
 
 
-def read_image(ocr: Any, pixels: np.ndarray, detection_order: bool = False) -> str:
-    """The page's lines, joined in reading order (or as detected)."""
+def read_lines(ocr: Any, pixels: np.ndarray) -> list[Line]:
+    """The page's text lines, as the detector found them."""
     out = ocr(pixels)
     if out.boxes is None or out.txts is None:
-        return ""
+        return []
+    return [Line.from_quad(box, txt) for box, txt in zip(out.boxes, out.txts, strict=True)]
+
+
+def read_image(ocr: Any, pixels: np.ndarray, detection_order: bool = False) -> str:
+    """The page's lines, joined in reading order (or as detected)."""
+    lines = read_lines(ocr, pixels)
     if detection_order:
-        return "\n".join(out.txts)
-    lines = [Line.from_quad(box, txt) for box, txt in zip(out.boxes, out.txts, strict=True)]
+        return "\n".join(ln.text for ln in lines)
     return to_text(lines)
 
 

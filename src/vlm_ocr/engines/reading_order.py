@@ -138,3 +138,52 @@ def _rows(block: list[Line]) -> list[list[Line]]:
                 continue
         rows.append([line])
     return [sorted(row, key=lambda ln: ln.x0) for row in rows]
+
+
+@dataclass(frozen=True)
+class Paragraph:
+    """Lines of one block of text, in reading order, with the box around them."""
+
+    box: tuple[float, float, float, float]
+    text: str
+
+
+# Consecutive blocks closer than this (in line heights), one above the other, are one paragraph.
+PARAGRAPH_GAP = 0.8
+
+
+def paragraphs(lines: list[Line]) -> list[Paragraph]:
+    """The page's lines grouped into text blocks, in reading order: the XY-cut's blocks, with
+    consecutive ones that sit close one above the other (a paragraph's lines) joined."""
+    ordered = order_lines(lines)
+    if not ordered:
+        return []
+    line_h = median(ln.height for block in ordered for ln in block) or 1.0
+    groups: list[list[Line]] = []
+    for block in ordered:
+        if groups and _continues(groups[-1], block, line_h):
+            groups[-1] = groups[-1] + block
+        else:
+            groups.append(list(block))
+    out = []
+    for group in groups:
+        text = "\n".join(" ".join(ln.text.strip() for ln in row) for row in _rows(group))
+        box = (
+            min(ln.x0 for ln in group),
+            min(ln.y0 for ln in group),
+            max(ln.x1 for ln in group),
+            max(ln.y1 for ln in group),
+        )
+        out.append(Paragraph(box, text))
+    return out
+
+
+def _continues(above: list[Line], block: list[Line], line_h: float) -> bool:
+    bottom = max(ln.y1 for ln in above)
+    top = min(ln.y0 for ln in block)
+    if not -0.2 * line_h < top - bottom < PARAGRAPH_GAP * line_h:
+        return False
+    a0, a1 = min(ln.x0 for ln in above), max(ln.x1 for ln in above)
+    b0, b1 = min(ln.x0 for ln in block), max(ln.x1 for ln in block)
+    overlap = min(a1, b1) - max(a0, b0)
+    return overlap > 0.5 * min(a1 - a0, b1 - b0)

@@ -8,6 +8,7 @@ deadline; a model that fails or runs over is reported, and the page goes on with
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -49,7 +50,13 @@ class CpuModels:
         except (TaskTimeout, TaskFailed, PageError) as exc:
             log.warning("page %s: orientation not checked (%s)", number, exc)
             return image, None
-        return turned or image, turn
+        if turned is None or not turn:
+            return image, turn
+        # the page's size in points turns with it (a scanned PDF page is placed by it)
+        size = image.pdf_size
+        if size is not None and turn % 180:
+            size = (size[1], size[0])
+        return dataclasses.replace(turned, pdf_size=size, text_layer=image.text_layer), turn
 
     async def close(self) -> None:
         await self.pool.close()

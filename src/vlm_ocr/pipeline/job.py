@@ -2,6 +2,7 @@
 
     job input ─► JobInput ─► the prompt and the fingerprint ─► Document (PageRefs)
         ─► every page through its stages, concurrently (`page.PageSequence`) ─► PageReports
+        ─► the pages together (`whole_document`: running heads, document.md, searchable PDF)
         ─► verdict (from the page reports and what stopped the job) ─► manifest ─► JobResult
 
 A job that cannot start (bad input, a prefix another job is writing, JSON asked of an engine
@@ -25,6 +26,9 @@ from ..storage import JobKeys, put_json
 from .sources import JobFiles, load_document
 from .state import JobContext, Progress
 from .verdict import verdict
+from .whole_document import finish
+
+LAYOUT_VERSION = "1"  # blocks, figures, running heads: stored pages made otherwise are read again
 
 if TYPE_CHECKING:
     from .worker import Worker
@@ -45,8 +49,10 @@ async def run_job(
         prompt = engine.prompt_for(job.prompt, job.custom_prompt, job.json_schema)
     except InputError as exc:
         return worker.refuse(job_id, str(exc))
-    # the blank-page detector decides some texts too (empty ones)
+    # the blank-page detector decides some texts too (empty ones), and the layout the rest
     fingerprint = engine.fingerprint(prompt) | {"blank_detector": BLANK_DETECTOR}
+    if job.json_schema is None:
+        fingerprint |= {"layout": LAYOUT_VERSION, "headers_footers": job.headers_footers}
     try:
         document = await load_document(
             job,
@@ -80,19 +86,24 @@ async def run_job(
         async with job_slots:
             return await worker.pages.run(ref, context)
 
+    if job.searchable_pdf and job.images is not None:
+        context.keep_images = document.files.dir / "pages"
+        context.keep_images.mkdir()
     try:
         pages = sorted(
             await asyncio.gather(*(bounded(ref) for ref in document.pages)),
             key=lambda p: p.page,
         )
+        recognized = time.perf_counter()
+        whole = await finish(worker, job, keys, document, context, pages)
     finally:
         document.close()
-    recognized = time.perf_counter()
+    pages = whole.pages
 
     def result(manifest_error: str | None = None) -> JobResult:
         judged = verdict(
             pages,
-            problems=document.problems,
+            problems=document.problems + whole.problems,
             stop=context.stop,
             engine_failure=engine.failure,
             manifest_error=manifest_error,
@@ -106,13 +117,18 @@ async def run_job(
             store=worker.store.kind,
             prefix=keys.prefix,
             manifest_key=None if manifest_error else keys.manifest,
+            document_key=whole.document_key,
+            searchable_pdf_key=whole.searchable_pdf_key,
             pages=pages,
             totals=Totals.of(pages),
-            timings={"load_s": round(loaded - t0, 3), "pages_s": round(recognized - loaded, 3)},
+            timings={"load_s": round(loaded - t0, 3), "pages_s": round(recognized - loaded, 3)}
+            | whole.timings,
             engine=worker.engine_facts(),
             fingerprint={**fingerprint, "id": context.fingerprint_id},
-            notes=_notes(worker, job, prompt) + document.notes + _review_note(pages),
-            errors=document.problems + [f"page {p.page}: {p.error}" for p in pages if p.error],
+            notes=_notes(worker, job, prompt) + document.notes + whole.notes + _review_note(pages),
+            errors=document.problems
+            + whole.problems
+            + [f"page {p.page}: {p.error}" for p in pages if p.error],
         )
 
     # The manifest says what the result says; if it cannot be written, the result says that.

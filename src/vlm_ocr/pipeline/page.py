@@ -1,6 +1,7 @@
 """One page, start to end: its stages in order, and its report.
 
-    fetch + render ─► upright ─► reuse ─► recognize ─► store ─► second opinion ─► PageReport
+    fetch + render ─► upright ─► reuse ─► recognize ─► layout ─► store ─► second opinion
+        ─► PageReport
 
 A page holds one place among the rendered pages from rendering until the engine is done with
 it, so memory follows the engine's size, not the number of pages jobs put in flight. Every page
@@ -17,6 +18,7 @@ from ..contract import PageReport
 from ..errors import PageError
 from .sources import PageRef
 from .stages.fetch_render import FetchRender
+from .stages.layout import Layout
 from .stages.recognize import Recognize
 from .stages.reuse import Reuse
 from .stages.second_opinion import SecondOpinion
@@ -35,6 +37,7 @@ class PageSequence:
         upright: Upright,
         reuse: Reuse,
         recognize: Recognize,
+        layout: Layout,
         store: StoreText,
         second_opinion: SecondOpinion,
         rendered_slots: asyncio.Semaphore,
@@ -43,6 +46,7 @@ class PageSequence:
         self.upright = upright
         self.reuse = reuse
         self.recognize = recognize
+        self.layout = layout
         self.store = store
         self.second_opinion = second_opinion
         self.rendered_slots = rendered_slots
@@ -56,6 +60,7 @@ class PageSequence:
                 await self.reuse.run(page)
                 self.second_opinion.begin(page)
                 await self.recognize.run(page)
+                await self.layout.run(page)
             await self.store.run(page)
             await self.second_opinion.judge(page)  # the text is safe: now judge it
         except PageError as exc:

@@ -229,3 +229,23 @@ def pdf_page_image(pdf: bytes, number: int, budget: Budget) -> PageImage:
 
 def is_image_file(path: Path) -> bool:
     return path.suffix.lower() in IMAGE_SUFFIXES
+
+
+MIN_FIGURE_SIDE = 16  # pixels: a smaller crop is no figure anyone could look at
+
+
+def crop_figures(png: bytes, boxes: list[tuple[float, float, float, float]]) -> list[bytes | None]:
+    """Each box cut from the page as a PNG; None for a box too thin to be a figure."""
+    out: list[bytes | None] = []
+    with Image.open(io.BytesIO(png)) as opened:
+        page = opened.convert("RGB")
+        for x0, y0, x1, y1 in boxes:
+            left, top = max(0, math.floor(x0)), max(0, math.floor(y0))
+            right, bottom = min(page.width, math.ceil(x1)), min(page.height, math.ceil(y1))
+            if right - left < MIN_FIGURE_SIDE or bottom - top < MIN_FIGURE_SIDE:
+                out.append(None)
+                continue
+            buf = io.BytesIO()
+            page.crop((left, top, right, bottom)).save(buf, format="PNG", optimize=False)
+            out.append(buf.getvalue())
+    return out

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, TypeVar
 
+from ..blocks import Box
 from ..contract import JobInput, Source, parse_selection
 from ..errors import InputError, PageError, StorageError
 from ..images import Budget, PageImage
@@ -58,6 +59,9 @@ class Rendering:
 
     async def turn(self, image: PageImage, clockwise: int) -> PageImage:
         return await self._call(render.turn_page, image, clockwise)
+
+    async def crop(self, image: PageImage, boxes: list[Box]) -> list[bytes | None]:
+        return await self._call(render.crop_figures, image.png, boxes)
 
     async def pdf_info(self, path: Path) -> render.PdfInfo:
         return await self._call(render.inspect_pdf, str(path))
@@ -245,6 +249,10 @@ class Document:
     #: job-level findings a user must see (pages beyond the end, a repaired file)
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: the PDF, spilled (a job of a PDF)
+    pdf_path: Path | None = None
+    #: the job reads every page of a PDF
+    whole: bool = False
 
     def close(self) -> None:
         self.files.close()
@@ -290,7 +298,9 @@ async def _load_pdf(
     def page(n: int) -> PageRef:
         return PageRef(n, label, lambda: rendering.pdf_page(path, n, budget))
 
-    doc = Document([page(n) for n in chosen], files)
+    doc = Document(
+        [page(n) for n in chosen], files, pdf_path=path, whole=len(chosen) == info.page_count
+    )
     if beyond:
         doc.problems.append(
             f"input.pages: page {beyond} selected beyond the end; the document has "

@@ -7,7 +7,9 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from ..blocks import Block
 from ..contract import JobInput, PageItem, PageReport
 from ..engines.base import Recognition
 from ..errors import JobStop, PageError
@@ -35,6 +37,11 @@ class JobContext:
     progress: Progress | None = None
     stop: JobStop | None = None
     done: int = 0
+    #: the first and last lines of pages whose blocks carry no kinds, for the document's pass
+    #: that finds running headers and footers (`running_heads`)
+    edges: dict[int, Edges] = field(default_factory=dict)
+    #: where rendered page images are kept for the searchable PDF (a job of images that asks)
+    keep_images: Path | None = None
 
     @property
     def json(self) -> bool:
@@ -57,11 +64,42 @@ class JobContext:
 
 
 @dataclass(frozen=True)
+class Edges:
+    """A page's first and last lines of text (a few each), as stored."""
+
+    top: tuple[str, ...]
+    bottom: tuple[str, ...]
+    #: how many lines the page has in all
+    lines: int
+
+
+@dataclass(frozen=True)
 class StoredText:
-    """A page's text found in the store for the same pixels and fingerprint."""
+    """A page's text found in the store for the same pixels and fingerprint, with how many
+    blocks and figures were stored beside it from the same reading."""
 
     chars: int
     text: str | None  # read only when the job returns texts
+    blocks: int = 0
+    figures: int = 0
+
+
+@dataclass(frozen=True)
+class Figure:
+    name: str  # page-0003-figure-1.png
+    png: bytes = field(repr=False)
+
+
+@dataclass(frozen=True)
+class PageLayout:
+    """The page as blocks: in one coordinate system, figures cut out, its Markdown made."""
+
+    blocks: list[Block]
+    text: str
+    figures: list[Figure]
+    labelled: bool
+    source: str
+    notes: list[str]
 
 
 @dataclass(frozen=True)
@@ -87,6 +125,7 @@ class PageWork:
     stored: StoredText | None = None  # reuse
     recognition: Recognition | None = None  # recognize
     read_image: PageImage | None = None  # recognize: the page as the engine read it (turned)
+    layout: PageLayout | None = None  # layout: its blocks, figures and Markdown
     fallback: str | None = None  # store: why the page's own text layer was stored instead
     key: str | None = None  # store: where its text is, once written
     partial_key: str | None = None  # store: the best partial text of a failed page
@@ -115,9 +154,19 @@ class PageWork:
         if self.fallback is not None and self.image is not None:
             layer = self.image.text_layer or ""
             return len(layer), layer
+        if self.layout is not None:
+            return len(self.layout.text), self.layout.text
         if self.recognition is not None:
             return len(self.recognition.text), self.recognition.text
         return 0, None
+
+    def stored_layout(self) -> tuple[int, int]:
+        """(blocks, figures) stored beside the page's text."""
+        if self.stored is not None:
+            return self.stored.blocks, self.stored.figures
+        if self.layout is not None and self.key is not None:
+            return len(self.layout.blocks), len(self.layout.figures)
+        return 0, 0
 
     def report(self) -> PageReport:
         """The page's report, built once when its last stage is done."""
@@ -125,6 +174,8 @@ class PageWork:
         image, rec, error, opinion = self.image, self.recognition, self.error, self.opinion
         reading = rec.reading if rec is not None and self.fallback is None else None
         chars, text = self.text()
+        blocks, figures = (0, 0) if error else self.stored_layout()
+        number, keys = self.ref.number, self.job.keys
         return PageReport(
             page=self.ref.number,
             source=self.ref.source,
@@ -145,6 +196,9 @@ class PageWork:
             error_stage=error.stage if error else None,
             text=text if self.job.input.return_text and not error else None,
             rotated=self.turn,
+            blocks=blocks or None,
+            blocks_key=keys.blocks(number) if blocks else None,
+            figures=[keys.figure(number, n + 1) for n in range(figures)] or None,
             fallback=self.fallback,
             language=reading.language if reading else None,
             flags=reading.flags or None if reading else None,

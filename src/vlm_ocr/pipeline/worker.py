@@ -28,6 +28,7 @@ from .page import PageSequence
 from .render import pdf_page_image
 from .sources import Rendering
 from .stages.fetch_render import FetchRender
+from .stages.layout import Layout
 from .stages.recognize import Recognize
 from .stages.reuse import Reuse
 from .stages.second_opinion import SecondOpinion
@@ -71,6 +72,7 @@ class Worker:
             upright=Upright(self.cpu_models, enabled=settings.cpu_models.auto_rotate),
             reuse=Reuse(store),
             recognize=Recognize(engine, asyncio.Semaphore(self.engine_slots), self.rendering),
+            layout=Layout(self.rendering, blocks_source(engine)),
             store=StoreText(store),
             second_opinion=SecondOpinion(
                 self.cpu_models, min_agreement=settings.cpu_models.second_opinion_min_agreement
@@ -139,6 +141,12 @@ class Worker:
 
     def refuse(self, job_id: str, error: str) -> JobResult:
         return JobResult.refused(job_id, error, self.engine_facts())
+
+
+def blocks_source(engine: Engine) -> str:
+    """Who finds a page's blocks, for its blocks file: the model's family, or the engine."""
+    family = getattr(engine, "family", None)
+    return getattr(family, "name", None) or engine.facts.name
 
 
 def warmup_page(budget: Budget) -> PageImage:

@@ -30,6 +30,7 @@ STAGES = (
     "orient_s",
     "queue_s",
     "engine_s",
+    "layout_s",
     "store_s",
     "second_opinion_wait_s",
     "total_s",

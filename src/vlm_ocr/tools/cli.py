@@ -5,6 +5,7 @@ vlm-ocr bench [--pages N]         pages/s and per-stage time through the pipelin
 vlm-ocr eval PAGES.jsonl          accuracy against ground truth (or --compare A B)
 vlm-ocr plan CONFIG.json          GPU memory, and the pages that fit in the KV cache
 vlm-ocr submit FILE.pdf --endpoint ID   a large PDF spread over an endpoint's workers
+vlm-ocr show PREFIX --page N      a page drawn with the blocks found on it
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any
 
 from ..contract import JobResult, PageReport
 from ..settings import Settings
-from . import evaluate, plan
+from . import evaluate, plan, show
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,6 +41,14 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--pages", help='page selection for PDFs, e.g. "1-3,7"')
     run.add_argument("--prompt", help="prompt preset")
     run.add_argument("--max-pixels", type=int, help="page pixel budget")
+    run.add_argument(
+        "--headers-footers",
+        choices=("drop", "keep"),
+        help="page headers and footers in the page text (default: drop)",
+    )
+    run.add_argument(
+        "--searchable-pdf", action="store_true", help="also store the file as a searchable PDF"
+    )
     run.add_argument("--json", action="store_true", help="print each job result as JSON")
 
     bench = sub.add_parser("bench", help="measure pages/s and per-stage time per page")
@@ -85,6 +94,12 @@ def main(argv: list[str] | None = None) -> int:
         "--pages-per-job", type=int, default=10, help="job size for --fanout (default 10)"
     )
     bench.add_argument(
+        "--layout",
+        action="store_true",
+        help="what blocks, figure crops and the searchable PDF cost per page (no engine; "
+        "--pages scanned pages, default 24)",
+    )
+    bench.add_argument(
         "--second-opinion",
         action="store_true",
         help="jobs ask for the CPU engine's second opinion on every page (its cost per page)",
@@ -127,6 +142,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     submit.add_argument("--out", type=Path, help="also write document.json and .txt here")
     submit.add_argument("--prompt", help="prompt preset for every job")
+    submit.add_argument(
+        "--headers-footers",
+        choices=("drop", "keep"),
+        help="page headers and footers in the page texts (default: drop)",
+    )
+
+    show.add_arguments(sub.add_parser("show", help="draw a page with the blocks found on it"))
 
     args = parser.parse_args(argv)
     if args.command == "plan":
@@ -141,12 +163,18 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(evaluate.eval_main(settings, args))
     if args.command == "submit":
         return asyncio.run(_submit(settings, args))
+    if args.command == "show":
+        return show.run(settings, args)
     if args.command == "bench" and args.memory:
         from .bench import memory_main, render_overhead
 
         if not args.scenario:
             render_overhead()
         return memory_main(settings, args.scenario)
+    if args.command == "bench" and args.layout:
+        from .layout_bench import layout_main
+
+        return asyncio.run(layout_main(settings, args.pages or 24))
     if args.command == "bench" and args.fanout:
         from .fanout_bench import fanout_main
 
@@ -189,7 +217,14 @@ async def _run(settings: Settings, args: argparse.Namespace) -> int:
     try:
         for path in args.files:
             pages = args.pages if not is_image_file(path) else None
-            job = job_for_file(path, pages=pages, prompt=args.prompt, max_pixels=args.max_pixels)
+            job = job_for_file(
+                path,
+                pages=pages,
+                prompt=args.prompt,
+                max_pixels=args.max_pixels,
+                headers_footers=args.headers_footers,
+                searchable_pdf=args.searchable_pdf or None,
+            )
             result = await worker.run(path.stem, job)
             failed += bool(result.error)
             if args.json:
@@ -222,7 +257,12 @@ async def _submit(settings: Settings, args: argparse.Namespace) -> int:
         retries=args.retries,
         resume=args.resume,
         out=args.out,
-        job_options={"prompt": args.prompt} if args.prompt else None,
+        job_options={
+            k: v
+            for k, v in (("prompt", args.prompt), ("headers_footers", args.headers_footers))
+            if v
+        }
+        or None,
     )
     try:
         total = pdf_page_count(args.file)
@@ -270,6 +310,8 @@ async def _submit(settings: Settings, args: argparse.Namespace) -> int:
     print(f"manifest: {uri(manifest.manifest_key)}")
     if manifest.text_key:
         print(f"text:     {uri(manifest.text_key)}")
+    if manifest.markdown_key:
+        print(f"markdown: {uri(manifest.markdown_key)}")
     for part in manifest.parts:
         if part.status != "ok":
             print(f"  pages {part.pages}: {part.status}: {part.error}")
@@ -286,6 +328,9 @@ def _summary(path: Path, result: JobResult, uri: Any) -> str:
     ]
     for page in result.pages:
         lines.append(f"  page {page.page:>4}  {page.status:<6} {page.key or page.error}")
+    for label, key in (("document", result.document_key), ("pdf", result.searchable_pdf_key)):
+        if key:
+            lines.append(f"  {label + ':':<10}{uri(key)}")
     if result.error:
         lines.append(f"  error: {result.error}")
     return "\n".join(lines)

@@ -55,6 +55,8 @@ class Reading:
     turn: int | None = None
     flags: dict[str, bool] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    #: the blocks' kinds are the model's; False for blocks that are only grouped lines
+    labelled: bool = True
 
 
 @dataclass(frozen=True)

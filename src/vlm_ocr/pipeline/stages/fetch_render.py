@@ -1,7 +1,10 @@
-"""Fetch the page's file and render it within the page budget (in the render processes)."""
+"""Fetch the page's file and render it within the page budget (in the render processes). A job
+of images that asks for a searchable PDF keeps each rendered page in its spill folder: the
+files are gone once rendered, and the PDF is made of the pages as they were read."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from ..state import PageWork
@@ -13,3 +16,6 @@ class FetchRender:
         t0 = time.perf_counter()
         page.image = await page.ref.image()
         page.time("render_s", t0)
+        if page.job.keep_images is not None:
+            path = page.job.keep_images / f"page-{page.ref.number:04d}.png"
+            await asyncio.to_thread(path.write_bytes, page.image.png)

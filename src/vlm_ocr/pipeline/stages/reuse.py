@@ -28,5 +28,5 @@ class Reuse:
             text = await self.store.read_text(key) if job.input.return_text else None
         except StorageError as exc:
             raise PageError("store", str(exc), stop=JobStop("store", str(exc))) from None
-        page.stored = StoredText(have.chars, text)
+        page.stored = StoredText(have.chars, text, have.blocks, have.figures)
         page.key = key

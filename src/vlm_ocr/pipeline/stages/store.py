@@ -1,15 +1,23 @@
 """Store the page's text with the record of what decided it (its pixels, the fingerprint). A key
 enters the page's report only once its write succeeded. A page the engine could not read well
 on any attempt fails, and its best partial text is kept apart from the good pages; or, where the
-model's family allows it and the PDF page has a text layer, that text is stored, flagged."""
+model's family allows it and the PDF page has a text layer, that text is stored, flagged.
+
+A page read as blocks has its figures and its blocks file written first and its text last: the
+text's record counts them, so a reused text always has them beside it."""
 
 from __future__ import annotations
 
 import time
 
+from ...blocks import PageBlocks
 from ...errors import JobStop, PageError, StorageError
 from ...storage import JSON_TYPE, TEXT_TYPE, PageRecord, Store
-from ..state import PageWork
+from ..state import Edges, PageWork
+
+EDGE_LINES = 3  # lines kept from the top and the bottom of a page for the running-head pass
+EDGE_CHARS = 120  # a running head is short; a longer line is the page's text
+PNG_TYPE = "image/png"
 
 
 class StoreText:
@@ -34,11 +42,45 @@ class StoreText:
             raise PageError("engine", f"{problem}; {unsaved.message}", stop=unsaved.stop)
         chars, text = page.text()
         assert text is not None
+        layout = page.layout if page.fallback is None else None
+        record = PageRecord(
+            page.image.sha256,
+            job.fingerprint_id,
+            chars,
+            blocks=len(layout.blocks) if layout else 0,
+            figures=len(layout.figures) if layout else 0,
+        )
+        if layout is not None:
+            for figure in layout.figures:
+                await self._put_bytes(f"{job.keys.prefix}/{figure.name}", figure.png, PNG_TYPE)
+            doc = PageBlocks(
+                page=page.ref.number,
+                width=(page.read_image or page.image).width,
+                height=(page.read_image or page.image).height,
+                pdf_size=_printed(page),
+                rotated=page.turn,
+                source=layout.source,
+                labelled=layout.labelled,
+                blocks=layout.blocks,
+                notes=layout.notes,
+            )
+            blocks = doc.model_dump_json(exclude_none=True)
+            await self._put(job.keys.blocks(page.ref.number), blocks, JSON_TYPE, record)
         # a fallback is stored without a record: a job submitted again asks the model again
-        record = None if page.fallback else PageRecord(page.image.sha256, job.fingerprint_id, chars)
-        await self._put(key, text, JSON_TYPE if job.json else TEXT_TYPE, record)
+        kind = JSON_TYPE if job.json else TEXT_TYPE
+        await self._put(key, text, kind, None if page.fallback else record)
         page.key = key
+        if not job.json and not page.blank and (layout is None or not layout.labelled):
+            job.edges[page.ref.number] = edges_of(text)
         page.time("store_s", t0)
+
+    async def _put_bytes(self, key: str, data: bytes, kind: str) -> None:
+        try:
+            await self.store.put(key, data, kind)
+        except StorageError as exc:
+            raise PageError(
+                "store", f"not stored: {exc}", stop=JobStop("store", str(exc))
+            ) from None
 
     async def _put(self, key: str, text: str, kind: str, record: PageRecord | None) -> None:
         try:
@@ -61,3 +103,18 @@ class StoreText:
             return PageError("store", f"its partial text was not stored ({why})", stop=exc.stop)
         page.partial_key = key
         return None
+
+
+def edges_of(text: str) -> Edges:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    short = [ln if len(ln) <= EDGE_CHARS else "" for ln in lines]  # "" never repeats
+    return Edges(tuple(short[:EDGE_LINES]), tuple(short[-EDGE_LINES:]), len(short))
+
+
+def _printed(page: PageWork) -> tuple[float, float] | None:
+    """The PDF page's size in points as printed (the image read may be turned)."""
+    image = page.read_image or page.image
+    size = image.pdf_size if image is not None else None
+    if size is not None and (page.turn or 0) % 180:
+        return (size[1], size[0])
+    return size

@@ -1,0 +1,225 @@
+"""The document as a searchable PDF: its pages with the recognized text laid over them invisibly
+(PDF text render mode 3), so a viewer finds and selects the words where they are printed.
+
+Each block's text is laid over its box, line by line, sized to fill the box; a page without
+blocks gets its text over the whole page. A PDF page keeps its own text layer where it has one
+(it is searchable already, and a second layer would double every hit); a job of images gets one
+page per image, the image as it was read (JPEG). The pages are made in the render processes, a
+few at a time (`PART_PAGES`), and joined at the end with the one embedded font subset to the
+characters used (Droid Sans Fallback, which MuPDF ships: Latin, CJK and more).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pymupdf
+from PIL import Image
+
+from ..blocks import Box, PageBlocks, unturn
+from ..contract import PageReport
+from ..errors import PageError
+from ..storage import Store
+from .cpu_pool import CpuPool, TaskFailed, TaskTimeout
+
+PART_PAGES = 32  # pages made in one task of a render process
+IMAGE_DPI = 150  # an image page's size: its pixels at this resolution
+JPEG_QUALITY = 80
+READ_CONCURRENCY = 16
+SECONDS_PER_PAGE = 0.2  # added to the render deadline for joining the parts
+_TAG = re.compile(r"<[^>]+>")
+_ROW_END = re.compile(r"</tr\s*>|<br\s*/?>", re.IGNORECASE)
+_IMAGE_LINK = re.compile(r"!\[([^\]]*)\]\([^)]*\)")
+_SKIPPED = {"figure"}  # what a figure block says describes it; it is not printed on the page
+
+
+@dataclass(frozen=True)
+class Overlay:
+    """What to lay over one page: text in boxes (points, the page as printed), or the whole
+    page's text when there are no boxes."""
+
+    number: int
+    boxes: tuple[tuple[Box, str], ...] = ()
+    text: str = ""
+    #: a job of images: the page image as it was rendered (its spill file)
+    image: str | None = None
+
+
+@dataclass(frozen=True)
+class Made:
+    key: str
+    size: int
+    overlaid: int  # pages that got a text layer
+    kept: int  # PDF pages whose own text layer was kept
+
+
+def plain(content: str) -> str:
+    """A block's content as the words printed: tags and image links out, table rows as lines."""
+    text = _IMAGE_LINK.sub(r"\1", content)
+    text = _ROW_END.sub("\n", text)
+    text = _TAG.sub(" ", text)
+    lines = (" ".join(ln.replace("|", " ").split()) for ln in text.splitlines())
+    return "\n".join(ln for ln in lines if ln and set(ln) - set("-: "))
+
+
+# --- in the render processes ----------------------------------------------------------------
+
+
+def make_part(source_pdf: str | None, overlays: list[Overlay], out: str) -> tuple[int, int]:
+    """Pages of the searchable PDF, saved to `out`; (pages overlaid, pages whose text kept)."""
+    font = pymupdf.Font("cjk")
+    doc = pymupdf.open()
+    src = pymupdf.open(source_pdf) if source_pdf else None
+    overlaid = kept = 0
+    try:
+        for overlay in overlays:
+            if src is not None:
+                doc.insert_pdf(src, from_page=overlay.number - 1, to_page=overlay.number - 1)
+                page = doc[-1]
+                if page.get_text("text").strip():
+                    kept += 1
+                    continue
+                if page.rotation:
+                    page.remove_rotation()  # the same look, and points as printed
+            else:
+                assert overlay.image is not None
+                page = _image_page(doc, overlay.image)
+            if _lay(page, overlay, font):
+                overlaid += 1
+        doc.save(out, garbage=3, deflate=True)
+    finally:
+        doc.close()
+        if src is not None:
+            src.close()
+    return overlaid, kept
+
+
+def join_parts(parts: list[str], out: str) -> int:
+    """The parts as one PDF, its font subset to what is used; its size in bytes."""
+    doc = pymupdf.open()
+    try:
+        for part in parts:
+            with pymupdf.open(part) as one:
+                doc.insert_pdf(one)
+        doc.subset_fonts()
+        doc.save(out, garbage=3, deflate=True)
+    finally:
+        doc.close()
+    return Path(out).stat().st_size
+
+
+def _image_page(doc: pymupdf.Document, path: str) -> pymupdf.Page:
+    with Image.open(path) as opened:
+        image = opened.convert("RGB")
+        buf = io.BytesIO()
+        image.save(buf, format="JPEG", quality=JPEG_QUALITY)
+        width, height = image.size
+    page = doc.new_page(width=width * 72 / IMAGE_DPI, height=height * 72 / IMAGE_DPI)
+    page.insert_image(page.rect, stream=buf.getvalue())
+    return page
+
+
+def _lay(page: pymupdf.Page, overlay: Overlay, font: pymupdf.Font) -> bool:
+    writer = pymupdf.TextWriter(page.rect)
+    boxes = overlay.boxes
+    if not boxes and overlay.text.strip():
+        r = page.rect
+        margin = min(r.width, r.height) * 0.05
+        boxes = (((r.x0 + margin, r.y0 + margin, r.x1 - margin, r.y1 - margin), overlay.text),)
+    wrote = False
+    for box, text in boxes:
+        lines = [ln for ln in text.splitlines() if ln.strip()]
+        x0, y0, x1, y1 = box
+        if not lines or x1 - x0 < 1 or y1 - y0 < 1:
+            continue
+        band = (y1 - y0) / len(lines)
+        for n, line in enumerate(lines):
+            length = font.text_length(line, fontsize=1) or 1.0
+            size = max(1.0, min(band * 0.9, (x1 - x0) / length))
+            baseline = y0 + band * n + (band + size * 0.7) / 2  # the line's middle
+            writer.append((x0, baseline), line, font=font, fontsize=size)
+            wrote = True
+    if wrote:
+        writer.write_text(page, render_mode=3)
+    return wrote
+
+
+# --- in the worker --------------------------------------------------------------------------
+
+
+async def overlays(store: Store, pages: list[PageReport], images: Path | None) -> list[Overlay]:
+    """Each stored page's overlay, from its blocks file where it has one, else its text."""
+    gate = asyncio.Semaphore(READ_CONCURRENCY)
+
+    async def one(report: PageReport) -> Overlay:
+        image = str(images / f"page-{report.page:04d}.png") if images is not None else None
+        if report.status != "ok" or report.key is None:
+            return Overlay(report.page, image=image)
+        async with gate:
+            if report.blocks_key:
+                doc = PageBlocks.model_validate(
+                    json.loads(await store.read_text(report.blocks_key))
+                )
+                return Overlay(report.page, boxes=_boxes(doc, image is not None), image=image)
+            return Overlay(report.page, text=plain(await store.read_text(report.key)), image=image)
+
+    return list(await asyncio.gather(*(one(p) for p in pages)))
+
+
+def _boxes(doc: PageBlocks, image_page: bool) -> tuple[tuple[Box, str], ...]:
+    out = []
+    for block in doc.blocks:
+        text = plain(block.content)
+        if block.kind in _SKIPPED or not text or block.box is None:
+            continue
+        if image_page:  # the image as rendered, before any turn; pixels at IMAGE_DPI
+            x0, y0, x1, y1 = unturn(block.box, doc.rotated or 0, doc.width, doc.height)
+            k = 72 / IMAGE_DPI
+            out.append(((x0 * k, y0 * k, x1 * k, y1 * k), text))
+        elif block.box_pt is not None:
+            out.append((block.box_pt, text))
+    return tuple(out)
+
+
+async def make(
+    pool: CpuPool,
+    store: Store,
+    key: str,
+    pages: list[PageReport],
+    *,
+    source_pdf: Path | None,
+    images: Path | None,
+    work: Path,
+    timeout_s: float,
+) -> Made:
+    """Make the searchable PDF of the job's pages and store it at `key`."""
+    wanted = await overlays(store, pages, images)
+    if images is not None:  # an image that never rendered has no page to show
+        wanted = [o for o in wanted if o.image and Path(o.image).is_file()]
+    if not wanted:
+        raise PageError("searchable", "no page could be rendered, so there is no PDF to make")
+    source = str(source_pdf) if source_pdf is not None else None
+    chunks = [wanted[i : i + PART_PAGES] for i in range(0, len(wanted), PART_PAGES)]
+    paths = [str(work / f"searchable-{n:05d}.pdf") for n in range(len(chunks))]
+    try:
+        done = await asyncio.gather(
+            *(
+                pool.run(make_part, source, chunk, path, timeout_s=timeout_s)
+                for chunk, path in zip(chunks, paths, strict=True)
+            )
+        )
+        out = work / "searchable.pdf"
+        joining = timeout_s + SECONDS_PER_PAGE * len(wanted)
+        size = await pool.run(join_parts, paths, str(out), timeout_s=joining)
+    except TaskTimeout as exc:
+        raise PageError("searchable", f"making the PDF was stopped: {exc}") from None
+    except TaskFailed as exc:
+        raise PageError("searchable", f"making the PDF failed: {exc}") from None
+    data = await asyncio.to_thread(out.read_bytes)
+    await store.put(key, data, "application/pdf")
+    return Made(key, size, sum(o for o, _ in done), sum(k for _, k in done))

@@ -1,0 +1,108 @@
+"""What a job makes of its pages together, once every page is done:
+
+    running headers and footers (pages without labels) ─► document.md + document.txt (a whole
+    PDF) ─► searchable.pdf (when asked)
+
+Each reads the pages as stored, so reused pages take part like new ones. None of them can lose a
+page: what fails here is reported as a job-level problem, and the pages stay stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from .. import document
+from ..contract import JobInput, PageReport
+from ..errors import PageError, StorageError
+from ..storage import TEXT_TYPE, JobKeys, Store
+from . import running_heads, searchable
+from .sources import Document
+from .state import JobContext
+
+if TYPE_CHECKING:
+    from .worker import Worker
+
+MARKDOWN_TYPE = "text/markdown; charset=utf-8"
+READ_CONCURRENCY = 16
+
+
+@dataclass
+class Finished:
+    pages: list[PageReport]
+    document_key: str | None = None
+    searchable_pdf_key: str | None = None
+    notes: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+async def finish(
+    worker: Worker,
+    job: JobInput,
+    keys: JobKeys,
+    doc: Document,
+    context: JobContext,
+    pages: list[PageReport],
+) -> Finished:
+    out = Finished(pages)
+    if context.stop is not None or context.json:
+        return out  # a job the store or the engine stopped is submitted again to finish
+    store = worker.store
+    t0 = time.perf_counter()
+    if context.edges:
+        out.pages, notes = await running_heads.apply(
+            store, keys, out.pages, context.edges, job.headers_footers
+        )
+        out.notes += notes
+    t1 = time.perf_counter()
+    out.timings["running_heads_s"] = round(t1 - t0, 3)
+    if doc.whole:
+        try:
+            out.document_key = await write_document(store, keys, out.pages)
+        except StorageError as exc:
+            out.problems.append(f"document.md: not stored ({exc})")
+        out.timings["document_s"] = round(time.perf_counter() - t1, 3)
+    if job.searchable_pdf:
+        t2 = time.perf_counter()
+        try:
+            made = await searchable.make(
+                worker.pool,
+                store,
+                keys.searchable_pdf,
+                out.pages,
+                source_pdf=doc.pdf_path,
+                images=context.keep_images,
+                work=doc.files.dir,
+                timeout_s=worker.settings.render.render_timeout_s,
+            )
+        except (PageError, StorageError) as exc:
+            out.problems.append(f"input.searchable_pdf: no searchable PDF was made ({exc})")
+        else:
+            out.searchable_pdf_key = made.key
+            kept = f"; {made.kept} pages kept their own text layer" if made.kept else ""
+            out.notes.append(
+                f"searchable PDF: {made.overlaid} pages got a text layer{kept} "
+                f"({made.size / 1e6:.2f} MB)"
+            )
+        out.timings["searchable_pdf_s"] = round(time.perf_counter() - t2, 3)
+    return out
+
+
+async def write_document(store: Store, keys: JobKeys, pages: list[PageReport]) -> str:
+    """document.md and document.txt from the stored page texts; the key of document.md."""
+    gate = asyncio.Semaphore(READ_CONCURRENCY)
+
+    async def text(page: PageReport) -> document.PageText:
+        if page.status != "ok" or page.key is None:
+            return document.PageText(page.page, "", page.error)
+        async with gate:
+            return document.PageText(page.page, await store.read_text(page.key))
+
+    texts = await asyncio.gather(*(text(p) for p in pages))
+    await store.put(keys.document("txt"), document.plain(texts).encode("utf-8"), TEXT_TYPE)
+    key = keys.document("md")
+    await store.put(key, document.markdown(texts).encode("utf-8"), MARKDOWN_TYPE)
+    return key

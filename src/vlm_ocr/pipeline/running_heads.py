@@ -163,7 +163,7 @@ async def apply(
 
     try:
         await asyncio.gather(*(one(n, f) for n, f in found.items()))
-    except StorageError as exc:
+    except (StorageError, ValueError) as exc:  # (ValueError: a blocks file that is not ours)
         return [by_page[p.page] for p in pages], [
             f"headers and footers were found but not all pages could be rewritten: {exc}"
         ]

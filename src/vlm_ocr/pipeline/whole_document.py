@@ -78,7 +78,7 @@ async def finish(
                 work=doc.files.dir,
                 timeout_s=worker.settings.render.render_timeout_s,
             )
-        except (PageError, StorageError) as exc:
+        except (PageError, StorageError, ValueError) as exc:  # ValueError: a foreign blocks file
             out.problems.append(f"input.searchable_pdf: no searchable PDF was made ({exc})")
         else:
             out.searchable_pdf_key = made.key

@@ -98,7 +98,7 @@ def test_production_argv_for_default_model() -> None:
         (A100, {"kv_cache_dtype": "fp8_e5m2"}, {"--kv-cache-dtype": "fp8_e5m2"}),
         (L40S, {"max_num_seqs": 100}, {"--max-num-seqs": "100"}),
         (H100, {"max_pixels": 2_000_000}, {"--mm-processor-kwargs": '{"max_pixels": 2000000}'}),
-        (H100, {"tensor_parallel_size": 2}, {"--tensor-parallel-size": "2"}),
+        (GpuFacts.parse(TWO_H200), {"tensor_parallel_size": 2}, {"--tensor-parallel-size": "2"}),
         (H100, {"model_revision": "abc123"}, {"--revision": "abc123"}),
         (H100, {"gdn_prefill_backend": "flashinfer"}, {"--gdn-prefill-backend": "flashinfer"}),
         (H100, {"served_model_name": "x"}, {"--served-model-name": "x"}),

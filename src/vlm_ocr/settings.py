@@ -67,7 +67,10 @@ class JobSettings(Group):
         "default (`MAX_NUM_SEQS` for vLLM and `openai`, 1 for the CPU engine).",
     )
     max_concurrent_jobs: int = Field(
-        8, ge=1, description="Jobs one worker takes at once (RunPod `concurrency_modifier`)."
+        8,
+        ge=1,
+        description="Jobs one worker takes at once per engine replica (RunPod "
+        "`concurrency_modifier`).",
     )
     log_level: str = Field("INFO", description="Python log level.")
 
@@ -254,7 +257,19 @@ class VllmSettings(Group):
     gpu_memory_utilization: float = Field(
         0.90, gt=0, le=1, description="`--gpu-memory-utilization`."
     )
-    tensor_parallel_size: int = Field(1, ge=1, description="`--tensor-parallel-size`.")
+    tensor_parallel_size: int = Field(
+        1,
+        ge=1,
+        description="`--tensor-parallel-size`: GPUs one engine replica is split over; more than "
+        "1 only for a model one GPU cannot hold.",
+    )
+    data_parallel_size: int = Field(
+        0,
+        ge=0,
+        description="`--data-parallel-size`: engine replicas, each on `TENSOR_PARALLEL_SIZE` "
+        "GPUs, behind one server; 0 = the worker's GPUs divided by `TENSOR_PARALLEL_SIZE` "
+        "(at least 1), read once at start.",
+    )
     cuda_graph_sizes: str = Field(
         "",
         description="Batch sizes vLLM captures CUDA graphs for, comma-separated; empty = 1, 2, 4, "

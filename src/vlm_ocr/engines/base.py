@@ -62,8 +62,10 @@ class EngineOptions:
 
 class Engine(Protocol):
     facts: EngineFacts
-    #: pages the engine should have in flight at once, across all jobs
+    #: pages the engine should have in flight at once, across all jobs (all its replicas')
     default_concurrency: int
+    #: engine replicas behind it (data parallel); the jobs a worker takes scale with them
+    replicas: int
 
     async def start(self, warmup: PageImage) -> None:
         """Start (or connect) and recognize `warmup` once; raise if the answer is not right."""

@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 
 class RapidOcrEngine:
     default_concurrency = 1  # onnxruntime already uses every core for one page
+    replicas = 1
 
     def __init__(self, *, detection_order: bool = False, default_prompt: str = "markdown") -> None:
         """`detection_order` joins lines as the detector returns them: the baseline `vlm-ocr

@@ -111,6 +111,7 @@ class VlmEngine:
         *,
         family: Family,
         concurrency: int,
+        replicas: int = 1,
         default_prompt: str = "markdown",
         gpu: GpuFacts | None = None,
         connections: int | None = None,
@@ -124,6 +125,7 @@ class VlmEngine:
         self.options = options or EngineOptions()
         self.model = vlm.served_model_name
         self.default_concurrency = concurrency
+        self.replicas = replicas
         self.default_prompt = default_prompt
         self.gpu = gpu or GpuFacts()
         self.connections = connections or concurrency

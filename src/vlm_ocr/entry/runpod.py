@@ -144,7 +144,12 @@ def main() -> None:
         force=True,
     )
     loop = WorkerLoop()
-    worker = build_worker(settings)
+    try:
+        worker = build_worker(settings)
+    except ConfigError as exc:  # settings no GPU layout or model family can run
+        log.error("this worker cannot run jobs with its settings: %s", exc)
+        runpod.serverless.start({"handler": refuse_all(str(exc))})
+        return
     stop_on_signals(worker)
     try:
         loop.run(worker.start())
@@ -160,7 +165,7 @@ def main() -> None:
         sys.exit(1)
 
     def concurrency_modifier(current: int) -> int:
-        return settings.job.max_concurrent_jobs
+        return worker.jobs_at_once
 
     # The SDK's local run (`--test_input`, or no job queue and no `--rp_serve_api`) cannot
     # iterate a generator; everywhere else the handler streams.

@@ -107,6 +107,12 @@ class Worker:
         self.pool.terminate()
         self.cpu_models.terminate()
 
+    @property
+    def jobs_at_once(self) -> int:
+        """Jobs the worker takes at once: `MAX_CONCURRENT_JOBS` per engine replica, so that
+        each replica stays as full as one engine does."""
+        return self.settings.job.max_concurrent_jobs * self.engine.replicas
+
     def engine_facts(self) -> dict[str, Any]:
         facts = self.engine.facts
         return {

@@ -52,6 +52,7 @@ class FakeEngine:
             )
         )
         self.default_concurrency = concurrency
+        self.replicas = 1
         self.failure: str | None = None
         self.calls = 0
         self.prompts: list[Prompt] = []

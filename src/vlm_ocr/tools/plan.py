@@ -17,6 +17,7 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -316,10 +317,93 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-model-len", type=int, help="context (default: the family's)")
     p.add_argument("--gpu-memory-utilization", type=float, default=0.90)
     p.add_argument("--tensor-parallel-size", type=int, default=1)
+    p.add_argument(
+        "--gpus",
+        type=int,
+        help="GPUs one worker has: print each layout of replicas (data parallel) × GPUs per "
+        "replica (tensor parallel) that fits, on the first --gpu-memory size (default 141)",
+    )
     p.add_argument("--json", action="store_true")
 
 
 A4_POINTS = (595, 842)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One way to run a model on a worker's GPUs: replicas × GPUs each."""
+
+    data_parallel_size: int
+    tensor_parallel_size: int
+    weights_per_gpu_gb: float
+    pages_per_replica: int
+    pages_in_all: int
+    fits: bool
+
+
+def layouts(plan_for: Callable[[int], Plan], gpus: int) -> list[Layout]:
+    """Every layout of `gpus` GPUs (tensor parallel sizes that divide them, the rest replicas),
+    smallest replicas first; a layout fits when each replica holds at least one page."""
+    out = []
+    for tp in (n for n in (1, 2, 4, 8) if n <= gpus and gpus % n == 0):
+        p = plan_for(tp)
+        dp = gpus // tp
+        out.append(
+            Layout(
+                data_parallel_size=dp,
+                tensor_parallel_size=tp,
+                weights_per_gpu_gb=round(p.weights_gb / tp, 2),
+                pages_per_replica=p.pages_at_once,
+                pages_in_all=p.pages_at_once * dp,
+                fits=p.pages_at_once > 0,
+            )
+        )
+    return out
+
+
+def print_layouts(found: list[Layout], gpus: int, per_gpu: float) -> None:
+    print(f"{gpus} GPUs of {per_gpu:g} GB:")
+    print(
+        f"{'replicas (DP)':>14}{'GPUs each (TP)':>16}{'weights/GPU GB':>16}"
+        f"{'pages/replica':>15}{'pages in all':>14}"
+    )
+    for x in found:
+        pages = (
+            f"{x.pages_per_replica:>15,}{x.pages_in_all:>14,}"
+            if x.fits
+            else (f"{'does not fit':>29}")
+        )
+        print(
+            f"{x.data_parallel_size:>14}{x.tensor_parallel_size:>16}"
+            f"{x.weights_per_gpu_gb:>16.1f}{pages}"
+        )
+    best = choose(found)
+    if best is None:
+        print("no layout fits: a larger GPU, or more of them")
+        return
+    why = (
+        f"the fewest GPUs a replica needs to batch {FULL_BATCH} pages or more"
+        if best.pages_per_replica >= FULL_BATCH
+        else f"no layout batches {FULL_BATCH} pages a replica; this one batches the most"
+    )
+    print(
+        f"choose TENSOR_PARALLEL_SIZE={best.tensor_parallel_size} ({why}); DATA_PARALLEL_SIZE "
+        f"unset then runs {best.data_parallel_size} replica(s). Pages are independent, so "
+        "replicas add pages/s where splitting a model that fits adds an all-reduce to every layer"
+    )
+
+
+FULL_BATCH = 32  # pages a replica batches before more replicas beat fewer, larger ones
+
+
+def choose(found: list[Layout]) -> Layout | None:
+    """The layout to run: the most replicas whose each holds a full batch; else the one
+    whose replicas hold the most."""
+    fitting = [x for x in found if x.fits]
+    full = [x for x in fitting if x.pages_per_replica >= FULL_BATCH]
+    if full:
+        return full[0]
+    return max(fitting, key=lambda x: x.pages_per_replica, default=None)
 
 
 def plan_main(args: argparse.Namespace) -> int:
@@ -332,24 +416,33 @@ def plan_main(args: argparse.Namespace) -> int:
         w, h = budget.size_for(*A4_POINTS, pdf=True)
     prompt = family.prompt.text if family.prompt else ""
     sizes = args.gpu_memory or [24, 48, 80, 141]
-    plans = [
-        plan(
+
+    def one(gpu_memory: float, tensor_parallel_size: int) -> Plan:
+        return plan(
             cfg,
             model_dir=args.config.parent,
-            gpu_memory_gb=g,
+            gpu_memory_gb=gpu_memory,
             kv_cache_dtype=args.kv_cache_dtype,
             page_size=(w, h),
             max_pixels=budget.max_pixels,
             max_tokens=args.max_tokens or family.sampling.max_tokens,
             max_model_len=args.max_model_len or family.max_model_len,
             gpu_memory_utilization=args.gpu_memory_utilization,
-            tensor_parallel_size=args.tensor_parallel_size,
+            tensor_parallel_size=tensor_parallel_size,
             # the chat template and the family's own prompt (about 3 characters a token)
             prompt_tokens=30 + len(prompt) // 3 if family.prompt else PROMPT_TOKENS,
         )
-        for g in sizes
-    ]
+
+    plans = [one(g, args.tensor_parallel_size) for g in sizes]
     print(f"family: {family.name} ({family.title}); page {w}×{h} px", file=sys.stderr)
+    if args.gpus:
+        per_gpu = (args.gpu_memory or [141])[0]
+        found = layouts(lambda tp: one(per_gpu, tp), args.gpus)
+        if args.json:
+            print(json.dumps([asdict(x) for x in found], indent=2))
+        else:
+            print_layouts(found, args.gpus, per_gpu)
+        return 0
     if args.json:
         print(
             json.dumps([asdict(p) for p in plans] if len(plans) > 1 else asdict(plans[0]), indent=2)

@@ -11,6 +11,7 @@ import json
 import shlex
 from dataclasses import dataclass
 
+from ...errors import ConfigError
 from ...settings import Settings, VllmSettings
 from ..families import Family
 from ..families.qwen import QwenVl
@@ -49,6 +50,21 @@ def cuda_graph_sizes(vllm: VllmSettings, max_num_seqs: int) -> list[int]:
     return sorted(sizes)
 
 
+def data_parallel_size(vllm: VllmSettings, gpu: GpuFacts) -> int:
+    """Engine replicas: `DATA_PARALLEL_SIZE`, or as many as the worker's GPUs hold at
+    `TENSOR_PARALLEL_SIZE` GPUs each (one without a GPU to count). Pages are independent, so
+    replicas add pages/s where splitting a model that fits one GPU would only add all-reduces."""
+    tp = vllm.tensor_parallel_size
+    dp = vllm.data_parallel_size or max(1, len(gpu.gpus) // tp)
+    if gpu.present and dp * tp > len(gpu.gpus):
+        raise ConfigError(
+            f"DATA_PARALLEL_SIZE {dp} × TENSOR_PARALLEL_SIZE {tp} needs {dp * tp} GPUs and this "
+            f"worker has {len(gpu.gpus)}; lower one of them, or unset DATA_PARALLEL_SIZE to use "
+            "every GPU"
+        )
+    return dp
+
+
 @dataclass(frozen=True)
 class ServeSpec:
     """What the server's command line is made of, every choice resolved."""
@@ -63,12 +79,19 @@ class ServeSpec:
     limit_mm_per_prompt: dict[str, int]
     processor_kwargs: dict[str, object] | None
     family_args: tuple[str, ...] = ()
+    #: engine replicas, each on `TENSOR_PARALLEL_SIZE` GPUs with `max_num_seqs` sequences
+    data_parallel_size: int = 1
+
+    @property
+    def concurrency(self) -> int:
+        """Pages the engine batches at once, over all its replicas."""
+        return self.max_num_seqs * self.data_parallel_size
 
     @classmethod
     def resolve(cls, settings: Settings, gpu: GpuFacts, family: Family | None = None) -> ServeSpec:
-        """The spec for these settings on this GPU and this model family: `MAX_NUM_SEQS=0` by
-        the GPUs' memory, the KV-cache dtype by their compute capability, the page and context
-        sizes and the extra flags by the family."""
+        """The spec for these settings on these GPUs and this model family: the replicas by
+        the GPUs' count, `MAX_NUM_SEQS=0` by one replica's memory, the KV-cache dtype by their
+        compute capability, the page and context sizes and the extra flags by the family."""
         vllm = settings.vllm
         family = family or QwenVl()
         memory = gpu.memory_gib(vllm.tensor_parallel_size)
@@ -83,6 +106,7 @@ class ServeSpec:
             limit_mm_per_prompt=family.limit_mm_per_prompt(),
             processor_kwargs=family.processor_kwargs(settings.render.max_pixels),
             family_args=tuple(family.serve_args()),
+            data_parallel_size=data_parallel_size(vllm, gpu),
         )
 
 
@@ -137,15 +161,17 @@ def server_argv(spec: ServeSpec, port: int) -> list[str]:
 
 
 def launch_argvs(spec: ServeSpec, port: int, rpc_port: int = 0) -> dict[str, list[str]]:
-    """The command line of each process vLLM runs as, by role: one `server`; or, split, a
-    `server` with no local engine and an `engine` launcher that handshakes with it on
-    `rpc_port` (vLLM's data-parallel mode with one engine)."""
+    """The command line of each process vLLM runs as, by role: one `server` (with its
+    replicas, `--data-parallel-size N`); or, split, a `server` with no local engine and an
+    `engine` launcher of every replica that handshakes with it on `rpc_port` (vLLM's
+    data-parallel mode, with one engine or several: they start at once and share the caches)."""
     argv = server_argv(spec, port)
+    replicas = str(spec.data_parallel_size)
     if not spec.vllm.vllm_split_start:
-        return {"server": argv}
-    dp = ["--data-parallel-size", "1", "--data-parallel-address", "127.0.0.1"]
+        return {"server": argv + (["--data-parallel-size", replicas] if replicas != "1" else [])}
+    dp = ["--data-parallel-size", replicas, "--data-parallel-address", "127.0.0.1"]
     dp += ["--data-parallel-rpc-port", str(rpc_port)]
     return {
         "server": [*argv, *dp, "--data-parallel-size-local", "0"],
-        "engine": [*argv, *dp, "--data-parallel-size-local", "1", "--headless"],
+        "engine": [*argv, *dp, "--data-parallel-size-local", replicas, "--headless"],
     }

@@ -147,6 +147,8 @@ class VllmServer:
         self._watcher = asyncio.create_task(self._watch())
         self.facts["spawn_to_healthy_s"] = round(time.perf_counter() - t0, 2)
         self.facts["kv_cache_dtype"] = self.spec.kv_cache_dtype
+        self.facts["data_parallel_size"] = self.spec.data_parallel_size
+        self.facts["tensor_parallel_size"] = self.spec.vllm.tensor_parallel_size
         self.facts["argv"] = self.children[0].argv[1:]
         self.facts["split_start"] = len(self.children) > 1
         self.facts["pid"] = self.proc.pid if self.proc else None

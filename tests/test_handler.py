@@ -105,6 +105,22 @@ def test_a_model_the_image_lacks_fails_every_job_with_one_line(tmp_path: Path) -
     assert "--build-arg MODEL_NAME=org/other-model" in proc.stdout
 
 
+def test_settings_the_worker_cannot_be_built_with_fail_every_job_with_one_line(
+    tmp_path: Path,
+) -> None:
+    env = handler_env(tmp_path, ENGINE="vllm", MODEL_NAME="org/m", DEFAULT_PROMPT="poetry")
+    proc = subprocess.run(
+        [sys.executable, "handler.py", "--test_input", (ROOT / "test_input.json").read_text()],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    says = "DEFAULT_PROMPT is 'poetry'; the presets are"
+    assert says in proc.stdout and says in proc.stderr and "Traceback" not in proc.stderr
+
+
 @pytest.fixture(scope="module")
 def api_server(tmp_path_factory: pytest.TempPathFactory):
     tmp = tmp_path_factory.mktemp("api")

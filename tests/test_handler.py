@@ -83,13 +83,9 @@ def test_bad_test_input_exits_non_zero_with_field(tmp_path: Path) -> None:
     assert "input.pdf.base64: the PDF is corrupt or truncated" in proc.stdout + proc.stderr
 
 
-def test_a_model_the_image_lacks_fails_every_job_with_one_line(tmp_path: Path) -> None:
-    # The image baked one model; MODEL_NAME names another and the worker may not download it.
-    hf_home = tmp_path / "hf"
-    hf_home.mkdir()
-    (hf_home / "baked-model.json").write_text(json.dumps({"repo": "org/baked-model"}))
-    env = handler_env(tmp_path, ENGINE="vllm", MODEL_NAME="org/other-model", HF_HOME=str(hf_home))
-    proc = subprocess.run(
+def run_demo_job(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """`python handler.py --test_input` with the demo job, in a worker with `env`."""
+    return subprocess.run(
         [sys.executable, "handler.py", "--test_input", (ROOT / "test_input.json").read_text()],
         cwd=ROOT,
         env=env,
@@ -97,6 +93,15 @@ def test_a_model_the_image_lacks_fails_every_job_with_one_line(tmp_path: Path) -
         text=True,
         timeout=300,
     )
+
+
+def test_a_model_the_image_lacks_fails_every_job_with_one_line(tmp_path: Path) -> None:
+    # The image baked one model; MODEL_NAME names another and the worker may not download it.
+    hf_home = tmp_path / "hf"
+    hf_home.mkdir()
+    (hf_home / "baked-model.json").write_text(json.dumps({"repo": "org/baked-model"}))
+    env = handler_env(tmp_path, ENGINE="vllm", MODEL_NAME="org/other-model", HF_HOME=str(hf_home))
+    proc = run_demo_job(env)
     says = (
         "MODEL_NAME is 'org/other-model', but this image has 'org/baked-model' baked in and does "
         "not download models at run time"
@@ -109,14 +114,7 @@ def test_settings_the_worker_cannot_be_built_with_fail_every_job_with_one_line(
     tmp_path: Path,
 ) -> None:
     env = handler_env(tmp_path, ENGINE="vllm", MODEL_NAME="org/m", DEFAULT_PROMPT="poetry")
-    proc = subprocess.run(
-        [sys.executable, "handler.py", "--test_input", (ROOT / "test_input.json").read_text()],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = run_demo_job(env)
     says = "DEFAULT_PROMPT is 'poetry'; the presets are"
     assert says in proc.stdout and says in proc.stderr and "Traceback" not in proc.stderr
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..engines.families import FAMILIES, detect
+from ..engines.families.qwen import smart_resize
 from ..settings import MIN_PIXELS, RenderSettings
 
 GB = 1e9
@@ -56,23 +56,11 @@ def patch_for(model_type: str) -> int:
     return 32  # qwen3_vl, qwen3_5 (and their MoE variants)
 
 
-def round_to(value: float, factor: int) -> int:
-    return max(factor, round(value / factor) * factor)
-
-
 def image_tokens(
     width: int, height: int, *, max_pixels: int, patch: int = 32, min_pixels: int = MIN_PIXELS
 ) -> int:
     """Tokens the Qwen-VL processor spends on a width × height image (its smart_resize)."""
-    h, w = round_to(height, patch), round_to(width, patch)
-    if h * w > max_pixels:
-        beta = math.sqrt(height * width / max_pixels)
-        h = max(patch, math.floor(height / beta / patch) * patch)
-        w = max(patch, math.floor(width / beta / patch) * patch)
-    elif h * w < min_pixels:
-        beta = math.sqrt(min_pixels / (height * width))
-        h = math.ceil(height * beta / patch) * patch
-        w = math.ceil(width * beta / patch) * patch
+    w, h = smart_resize(width, height, patch, min_pixels, max_pixels)
     return (h * w) // (patch * patch)
 
 

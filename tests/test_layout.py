@@ -286,17 +286,39 @@ def test_a_scanned_pdf_becomes_searchable_where_its_words_are_printed(
         assert doc.page_count == 2 and doc[0].rect == pymupdf.Rect(0, 0, 595, 842)
         assert doc[1].search_for("landlord")
     for page in result.pages:
-        blocks = PageBlocks.model_validate_json(
-            (tmp_path / "out" / str(page.blocks_key)).read_text()
-        )
-        words = words_in(made, page.page)
-        for block in blocks.blocks:
-            assert block.box_pt is not None
-            box = pymupdf.Rect(block.box_pt)
-            box = pymupdf.Rect(box.x0 - 2, box.y0 - 2, box.x1 + 2, box.y1 + 2)
-            expected = block.content.split()
-            inside = [text for rect, text in words if box.contains((rect.tl + rect.br) / 2)]
-            assert inside == expected, (block.content, inside)
+        assert_words_in_their_boxes(made, tmp_path / "out" / str(page.blocks_key))
+
+
+def assert_words_in_their_boxes(made: bytes, blocks_file: Path) -> None:
+    """Each block's words are found in the PDF, in order, inside the block's box."""
+    blocks = PageBlocks.model_validate_json(blocks_file.read_text())
+    words = words_in(made, blocks.page)
+    for block in blocks.blocks:
+        assert block.box_pt is not None
+        box = pymupdf.Rect(block.box_pt)
+        box = pymupdf.Rect(box.x0 - 2, box.y0 - 2, box.x1 + 2, box.y1 + 2)
+        inside = [text for rect, text in words if box.contains((rect.tl + rect.br) / 2)]
+        assert inside == block.content.split(), (block.content, inside)
+
+
+def test_a_page_shown_turned_by_its_pdf_is_searchable_as_shown(
+    tmp_path, loop, cpu_engine, cpu_pool
+) -> None:
+    # a landscape page whose scan lies on its side, shown upright by the PDF's /Rotate 90
+    image = page_image(samples.LEGAL_PAGES[1]).rotate(90, expand=True)
+    doc = pymupdf.open()
+    page = doc.new_page(width=842, height=595)
+    page.insert_image(page.rect, stream=png_bytes(image))
+    page.set_rotation(90)
+    worker = new_worker(loop, make_settings(tmp_path), cpu_engine, cpu_pool)
+    job = {"pdf": {"base64": b64(doc.tobytes())}, "output_prefix": "r", "searchable_pdf": True}
+    result = run_job(loop, worker, job)
+    assert result.status == "ok", result.error
+    made = (tmp_path / "out/r/searchable.pdf").read_bytes()
+    with pymupdf.open(stream=made) as out:
+        assert out[0].rect == pymupdf.Rect(0, 0, 595, 842)  # as it was shown
+        assert out[0].search_for("landlord")
+    assert_words_in_their_boxes(made, tmp_path / "out/r/page-0001.json")
 
 
 def test_a_pdf_with_its_own_text_layer_keeps_it(tmp_path, loop, cpu_engine, cpu_pool) -> None:

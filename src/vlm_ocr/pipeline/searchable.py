@@ -85,7 +85,10 @@ def make_part(source_pdf: str | None, overlays: list[Overlay], out: str) -> tupl
                     kept += 1
                     continue
                 if page.rotation:
-                    page.remove_rotation()  # the same look, and points as printed
+                    # the same look with points as printed; its contents made one stream again,
+                    # without which the text laid over it is not found
+                    page.remove_rotation()
+                    page.clean_contents()
             else:
                 assert overlay.image is not None
                 page = _image_page(doc, overlay.image)

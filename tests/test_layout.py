@@ -256,16 +256,6 @@ def test_a_whole_pdf_job_writes_document_md_and_a_selection_does_not(
 # --- the searchable PDF -------------------------------------------------------------------------
 
 
-def scanned_pdf(pages: list[list[str]]) -> bytes:
-    """A PDF of page images only, as a scanner makes it."""
-    out = pymupdf.open()
-    for paragraphs in pages:
-        image = page_image(paragraphs)
-        page = out.new_page(width=595, height=842)
-        page.insert_image(page.rect, stream=png_bytes(image))
-    return out.tobytes()
-
-
 def words_in(pdf: bytes, number: int) -> list[tuple[pymupdf.Rect, str]]:
     with pymupdf.open(stream=pdf) as doc:
         return [(pymupdf.Rect(w[:4]), w[4]) for w in doc[number - 1].get_text("words")]
@@ -274,7 +264,7 @@ def words_in(pdf: bytes, number: int) -> list[tuple[pymupdf.Rect, str]]:
 def test_a_scanned_pdf_becomes_searchable_where_its_words_are_printed(
     tmp_path, loop, cpu_engine, cpu_pool
 ) -> None:
-    original = scanned_pdf(samples.LEGAL_PAGES)
+    original = samples.scanned(samples.pdf_from_pages(samples.LEGAL_PAGES), dpi=100)
     worker = new_worker(loop, make_settings(tmp_path), cpu_engine, cpu_pool)
     job = {"pdf": {"base64": b64(original)}, "output_prefix": "s", "searchable_pdf": True}
     result = run_job(loop, worker, job)

@@ -71,6 +71,25 @@ def tokenizer(out: Path, vocab_size: int, special: dict[str, int], extra: dict[s
     (out / "tokenizer_config.json").write_text(json.dumps(config, indent=1))
 
 
+# What every family's image processor does besides resizing, as its makers' configs say it.
+PROCESSING = {
+    "do_resize": True,
+    "do_rescale": True,
+    "do_normalize": True,
+    "do_convert_rgb": True,
+    "rescale_factor": 1 / 255,
+}
+
+
+def qwen_tokens(special: dict[str, int], eos: str = "<|im_end|>") -> dict[str, Any]:
+    """The tokenizer config of a Qwen-style vocabulary: every special token but the pad one."""
+    return {
+        "eos_token": eos,
+        "pad_token": "<|endoftext|>",
+        "extra_special_tokens": [t for t in special if t != "<|endoftext|>"],
+    }
+
+
 def write(out: Path, name: str, doc: dict[str, Any]) -> None:
     (out / name).write_text(json.dumps(doc, indent=1))
 
@@ -164,22 +183,14 @@ def olmocr(out: Path) -> None:
             "merge_size": 2,
             "image_mean": CLIP_MEAN,
             "image_std": CLIP_STD,
-            "do_resize": True,
-            "do_rescale": True,
-            "do_normalize": True,
-            "do_convert_rgb": True,
-            "rescale_factor": 1 / 255,
+            **PROCESSING,
         },
     )
     tokenizer(
         out,
         151643,
         QWEN2_SPECIAL,
-        {
-            "eos_token": "<|im_end|>",
-            "pad_token": "<|endoftext|>",
-            "extra_special_tokens": [t for t in QWEN2_SPECIAL if t != "<|endoftext|>"],
-        },
+        qwen_tokens(QWEN2_SPECIAL),
     )
     (out / "chat_template.jinja").write_text(QWEN_TEMPLATE)
 
@@ -272,22 +283,14 @@ def chandra(out: Path) -> None:
             "image_mean": [0.5, 0.5, 0.5],
             "image_std": [0.5, 0.5, 0.5],
             "size": {"shortest_edge": 65536, "longest_edge": 16777216},
-            "do_resize": True,
-            "do_rescale": True,
-            "do_normalize": True,
-            "do_convert_rgb": True,
-            "rescale_factor": 1 / 255,
+            **PROCESSING,
         },
     )
     tokenizer(
         out,
         248320,
         special,
-        {
-            "eos_token": "<|im_end|>",
-            "pad_token": "<|endoftext|>",
-            "extra_special_tokens": [t for t in special if t != "<|endoftext|>"],
-        },
+        qwen_tokens(special),
     )
     (out / "chat_template.jinja").write_text(QWEN_TEMPLATE)
 
@@ -366,22 +369,14 @@ def dots(out: Path) -> None:
             "merge_size": 2,
             "image_mean": CLIP_MEAN,
             "image_std": CLIP_STD,
-            "do_resize": True,
-            "do_rescale": True,
-            "do_normalize": True,
-            "do_convert_rgb": True,
-            "rescale_factor": 1 / 255,
+            **PROCESSING,
         },
     )
     tokenizer(
         out,
         151643,
         special,
-        {
-            "eos_token": "<|endoftext|>",
-            "pad_token": "<|endoftext|>",
-            "extra_special_tokens": [t for t in special if t != "<|endoftext|>"],
-        },
+        qwen_tokens(special, eos="<|endoftext|>"),
     )
     (out / "chat_template.jinja").write_text(
         "{%- for m in messages %}{%- if m.role == 'system' %}"
@@ -455,11 +450,7 @@ def lighton(out: Path) -> None:
             "image_processor_type": "PixtralImageProcessor",
             "patch_size": 14,
             "size": {"longest_edge": 1540},
-            "do_resize": True,
-            "do_rescale": True,
-            "do_normalize": True,
-            "do_convert_rgb": True,
-            "rescale_factor": 1 / 255,
+            **PROCESSING,
             "image_mean": CLIP_MEAN,
             "image_std": CLIP_STD,
         },

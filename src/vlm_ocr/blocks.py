@@ -198,6 +198,13 @@ def unturn(box: Box, turn: int, width: float, height: float) -> Box:
     return (min(ax, bx), min(ay, by), max(ax, bx), max(ay, by))
 
 
+def printed_size(pdf_size: tuple[float, float] | None, turn: int) -> tuple[float, float] | None:
+    """The PDF page's size as printed, from that of its image turned `turn` degrees."""
+    if pdf_size is None or not turn % 180:
+        return pdf_size
+    return (pdf_size[1], pdf_size[0])
+
+
 def with_points(
     blocks: Sequence[Block],
     *,

@@ -5,10 +5,15 @@ process (each page ended by a form feed). The worker writes them for a job of a 
 
 from __future__ import annotations
 
+import asyncio
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from .contract import PageReport
+from .storage import Store
+
+READ_CONCURRENCY = 16  # page texts read from the store at once
 _FIGURE_LINK = re.compile(r"\]\((page-\d{4}-figure-\d+\.png)\)")
 
 
@@ -19,6 +24,22 @@ class PageText:
     failed: str | None = None  # why it has no text
     #: the page's folder below the document's (a job's part of a submitted document)
     folder: str = ""
+
+
+async def read_texts(
+    store: Store, pages: Sequence[PageReport], folder: Callable[[int], str] = lambda n: ""
+) -> list[PageText]:
+    """The stored texts of these pages, in their order (a page without one: empty, with why);
+    `folder` names each page's folder below the document's."""
+    gate = asyncio.Semaphore(READ_CONCURRENCY)
+
+    async def one(page: PageReport) -> PageText:
+        if page.status != "ok" or page.key is None:
+            return PageText(page.page, "", page.error, folder(page.page))
+        async with gate:
+            return PageText(page.page, await store.read_text(page.key), None, folder(page.page))
+
+    return list(await asyncio.gather(*(one(p) for p in pages)))
 
 
 def markdown(pages: Sequence[PageText]) -> str:

@@ -83,6 +83,17 @@ def numbered_pages(count: int, *, lines: int = 6, first: int = 1) -> list[list[s
     return out
 
 
+def scanned(pdf: bytes, dpi: int = 150) -> bytes:
+    """The PDF as a scanner would make it: each page a JPEG, no text layer."""
+    out = pymupdf.open()
+    with pymupdf.open(stream=pdf) as doc:
+        for page in doc:
+            pix = page.get_pixmap(dpi=dpi)
+            new = out.new_page(width=page.rect.width, height=page.rect.height)
+            new.insert_image(new.rect, stream=pix.tobytes("jpeg", jpg_quality=80))
+    return out.tobytes(garbage=3, deflate=True)
+
+
 def page_text(paragraphs: list[str]) -> str:
     return "\n".join(paragraphs)
 

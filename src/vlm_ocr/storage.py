@@ -28,8 +28,10 @@ from typing import Any, BinaryIO, Protocol
 from .errors import StorageError
 from .settings import BucketSettings
 
-TEXT_TYPE = "text/markdown; charset=utf-8"
+TEXT_TYPE = "text/markdown; charset=utf-8"  # a page's text, document.md
+PLAIN_TYPE = "text/plain; charset=utf-8"  # document.txt
 JSON_TYPE = "application/json"
+PNG_TYPE = "image/png"
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 SPECIAL_TOKENS = [
     "<|endoftext|>",
@@ -74,9 +75,29 @@ def build_tokenizer(out: Path) -> dict[str, int]:
     return {t: tok.token_to_id(t) for t in SPECIAL_TOKENS} | {"vocab_size": tok.get_vocab_size()}
 
 
-def build_model(out: Path, ids: dict[str, int], arch: str) -> None:
+def vision_tokens(ids: dict[str, int]) -> dict[str, Any]:
+    """The config's image and video token ids, as the tokenizer numbered them."""
+    return {
+        "image_token_id": ids["<|image_pad|>"],
+        "video_token_id": ids["<|video_pad|>"],
+        "vision_start_token_id": ids["<|vision_start|>"],
+        "vision_end_token_id": ids["<|vision_end|>"],
+        "tie_word_embeddings": False,
+    }
+
+
+def save(out: Path, ids: dict[str, int], model_class: Any, config: Any) -> None:
+    """The model's random weights in bf16 (seeded: the same model every run), and its
+    generation config."""
     import torch
 
+    torch.manual_seed(0)
+    model_class(config).to(torch.bfloat16).save_pretrained(out)
+    gen = {"eos_token_id": [ids["<|im_end|>"], ids["<|endoftext|>"]], "do_sample": False}
+    (out / "generation_config.json").write_text(json.dumps(gen, indent=2))
+
+
+def build_model(out: Path, ids: dict[str, int], arch: str) -> None:
     if arch == "qwen2_5_vl":
         build_qwen2_5_vl(out, ids)
         return
@@ -114,21 +135,12 @@ def build_model(out: Path, ids: dict[str, int], arch: str) -> None:
             "num_position_embeddings": 256,
             "deepstack_visual_indexes": [1],  # must be below depth
         },
-        image_token_id=ids["<|image_pad|>"],
-        video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"],
-        vision_end_token_id=ids["<|vision_end|>"],
-        tie_word_embeddings=False,
+        **vision_tokens(ids),
     )
-    torch.manual_seed(0)
-    model = Qwen3VLForConditionalGeneration(config).to(torch.bfloat16)
-    model.save_pretrained(out)
-    gen = {"eos_token_id": [ids["<|im_end|>"], ids["<|endoftext|>"]], "do_sample": False}
-    (out / "generation_config.json").write_text(json.dumps(gen, indent=2))
+    save(out, ids, Qwen3VLForConditionalGeneration, config)
 
 
 def build_qwen2_5_vl(out: Path, ids: dict[str, int]) -> None:
-    import torch
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
     config = Qwen2_5_VLConfig(
@@ -160,17 +172,9 @@ def build_qwen2_5_vl(out: Path, ids: dict[str, int]) -> None:
             "window_size": 112,
             "fullatt_block_indexes": [1],
         },
-        image_token_id=ids["<|image_pad|>"],
-        video_token_id=ids["<|video_pad|>"],
-        vision_start_token_id=ids["<|vision_start|>"],
-        vision_end_token_id=ids["<|vision_end|>"],
-        tie_word_embeddings=False,
+        **vision_tokens(ids),
     )
-    torch.manual_seed(0)
-    model = Qwen2_5_VLForConditionalGeneration(config).to(torch.bfloat16)
-    model.save_pretrained(out)
-    gen = {"eos_token_id": [ids["<|im_end|>"], ids["<|endoftext|>"]], "do_sample": False}
-    (out / "generation_config.json").write_text(json.dumps(gen, indent=2))
+    save(out, ids, Qwen2_5_VLForConditionalGeneration, config)
 
 
 def write_processor_config(out: Path, arch: str) -> None:

@@ -34,7 +34,7 @@ from pydantic import BaseModel, Field
 from .. import document
 from ..contract import JobResult, PageItem, PageReport, ResultItem, Totals, read_item
 from ..settings import BucketSettings, ClientSettings, Settings
-from ..storage import Bucket, ObjectMissing, S3Store, put_json
+from ..storage import PLAIN_TYPE, TEXT_TYPE, Bucket, ObjectMissing, S3Store, put_json
 from .endpoint import FINAL_STATES, Endpoint, EndpointError
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,6 @@ log = logging.getLogger(__name__)
 # Each job reads the source from the bucket once, which is what smaller jobs would multiply.
 DEFAULT_PAGES_PER_JOB = 50
 POLL_S = 2.0
-TEXT_CONCURRENCY = 16  # page texts read from the bucket at once for document.md and .txt
 
 
 class Part(BaseModel):
@@ -347,21 +346,10 @@ class Submission:
 
     async def _write_text(self, manifest: DocumentManifest) -> tuple[str, str]:
         """document.txt and document.md from the stored page texts; their keys."""
-        gate = asyncio.Semaphore(TEXT_CONCURRENCY)
         folders = {n: p.output_prefix("").lstrip("/") for p in manifest.parts for n in p.range()}
-
-        async def text(page: PageReport) -> document.PageText:
-            folder = folders.get(page.page, "")
-            if not page.key or page.status != "ok":
-                return document.PageText(page.page, "", page.error, folder)
-            async with gate:
-                return document.PageText(
-                    page.page, await self.store.read_text(page.key), None, folder
-                )
-
-        texts = await asyncio.gather(*(text(p) for p in manifest.pages))
+        texts = await document.read_texts(self.store, manifest.pages, lambda n: folders.get(n, ""))
         written = {"txt": document.plain(texts), "md": document.markdown(texts)}
-        kinds = {"txt": "text/plain; charset=utf-8", "md": "text/markdown; charset=utf-8"}
+        kinds = {"txt": PLAIN_TYPE, "md": TEXT_TYPE}
         for suffix, body in written.items():
             await self.store.put(
                 self.key(f"{manifest.prefix}/document.{suffix}"), body.encode(), kinds[suffix]

@@ -83,24 +83,24 @@ def make_engine(
     server: ServerHandle
     if kind is EngineKind.VLLM:
         spec = ServeSpec.resolve(settings, gpu, family)
-        server, concurrency = VllmServer(spec, files, family=family), spec.concurrency
-        replicas = spec.data_parallel_size
+        server = VllmServer(spec, files, family=family)
+        seqs, replicas, concurrency = spec.max_num_seqs, spec.data_parallel_size, spec.concurrency
         if replicas > 1:
             log.info(
                 "%d engine replicas of %d GPU(s) each, %d sequences each",
                 replicas,
                 settings.vllm.tensor_parallel_size,
-                spec.max_num_seqs,
+                seqs,
             )
     else:
         server = ExternalServer(settings.vlm.openai_base_url)
-        concurrency = settings.vllm.max_num_seqs or MAX_NUM_SEQS_UNKNOWN_GPU
+        seqs = concurrency = settings.vllm.max_num_seqs or MAX_NUM_SEQS_UNKNOWN_GPU
         replicas = 1
     if not settings.vllm.max_num_seqs:
         memory = gpu.memory_gib(settings.vllm.tensor_parallel_size)
         own_gpu = memory is not None and kind is EngineKind.VLLM
         where = f"{memory:.0f} GiB of GPU memory" if own_gpu else "no GPU to read"
-        log.info("MAX_NUM_SEQS=%d (unset: the default for %s)", concurrency // replicas, where)
+        log.info("MAX_NUM_SEQS=%d (unset: the default for %s)", seqs, where)
     if settings.job.default_prompt not in PRESETS:
         raise ConfigError(
             f"DEFAULT_PROMPT is {settings.job.default_prompt!r}; the presets are "

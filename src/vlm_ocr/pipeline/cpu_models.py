@@ -8,7 +8,6 @@ deadline; a model that fails or runs over is reported, and the page goes on with
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -46,17 +45,11 @@ class CpuModels:
     async def upright(self, image: PageImage, number: int) -> tuple[PageImage, int | None]:
         """A scanned page turned upright, and the clockwise turn (None: it could not be told)."""
         try:
-            turn, turned = await self._run(upright, image.png, image.scanned)
+            turn, turned = await self._run(upright, image)
         except (TaskTimeout, TaskFailed, PageError) as exc:
             log.warning("page %s: orientation not checked (%s)", number, exc)
             return image, None
-        if turned is None or not turn:
-            return image, turn
-        # the page's size in points turns with it (a scanned PDF page is placed by it)
-        size = image.pdf_size
-        if size is not None and turn % 180:
-            size = (size[1], size[0])
-        return dataclasses.replace(turned, pdf_size=size, text_layer=image.text_layer), turn
+        return turned or image, turn
 
     async def close(self) -> None:
         await self.pool.close()

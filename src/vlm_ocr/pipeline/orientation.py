@@ -25,6 +25,7 @@ from PIL import Image
 
 from ..engines.rapidocr import load_ocr
 from ..images import PageImage
+from .render import turned
 
 DETECT_SIDE = 640  # lines are found at this size (0.4 s on one core); read at full size
 MIN_LINES = 3  # fewer line-shaped boxes: leave the page alone
@@ -89,14 +90,14 @@ def detect_turn(image: Image.Image) -> int:
     return 0 if as_laid > flipped else 180
 
 
-def upright(png: bytes, scanned: bool = True) -> tuple[int, PageImage | None]:
+def upright(page: PageImage) -> tuple[int, PageImage | None]:
     """In a CPU-model process: the page's clockwise turn, and the page turned upright when it
     needed a turn (None when it did not)."""
     import io
 
-    with Image.open(io.BytesIO(png)) as opened:
+    with Image.open(io.BytesIO(page.png)) as opened:
         image = opened.convert("RGB")
     turn = detect_turn(image)
     if turn == 0:
         return 0, None
-    return turn, PageImage.of(image.rotate(-turn, expand=True), scanned=scanned)
+    return turn, turned(page, image, turn)

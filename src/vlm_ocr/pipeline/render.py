@@ -211,11 +211,21 @@ def _to_rgb(img: Image.Image) -> Image.Image:
 def turn_page(image: PageImage, clockwise: int) -> PageImage:
     """The page turned clockwise by 90, 180 or 270 degrees (its model said it lies turned)."""
     with Image.open(io.BytesIO(image.png)) as opened:
-        turned = opened.convert("RGB").rotate(-clockwise, expand=True)
+        return turned(image, opened.convert("RGB"), clockwise)
+
+
+def turned(image: PageImage, pixels: Image.Image, clockwise: int) -> PageImage:
+    """`image` (decoded as `pixels`) turned clockwise: its size in points turns with it, its
+    text layer stays."""
     size = image.pdf_size
     if size is not None and clockwise % 180:
         size = (size[1], size[0])
-    return PageImage.of(turned, scanned=image.scanned, pdf_size=size, text_layer=image.text_layer)
+    return PageImage.of(
+        pixels.rotate(-clockwise, expand=True),
+        scanned=image.scanned,
+        pdf_size=size,
+        text_layer=image.text_layer,
+    )
 
 
 def pdf_page_image(pdf: bytes, number: int, budget: Budget) -> PageImage:

@@ -18,6 +18,7 @@ submitted again reuses the cleaned texts.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import re
 from collections.abc import Sequence
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 from ..blocks import HeadersFooters, PageBlocks
 from ..contract import PageReport
 from ..errors import StorageError
-from ..storage import JSON_TYPE, TEXT_TYPE, JobKeys, PageRecord, Store
+from ..storage import JSON_TYPE, TEXT_TYPE, Store
 from .state import Edges
 
 WINDOW = 3  # pages either side in which the same line must recur
@@ -124,7 +125,6 @@ def strip(text: str, found: Found) -> str:
 
 async def apply(
     store: Store,
-    keys: JobKeys,
     pages: list[PageReport],
     edges: dict[int, Edges],
     headers_footers: HeadersFooters,
@@ -149,13 +149,7 @@ async def apply(
                 kept = strip(text, lines)
                 record = await store.record(report.key)
                 if record is not None:
-                    record = PageRecord(
-                        record.image_sha256,
-                        record.fingerprint,
-                        len(kept),
-                        record.blocks,
-                        record.figures,
-                    )
+                    record = dataclasses.replace(record, chars=len(kept))
                 await store.put(report.key, kept.encode("utf-8"), TEXT_TYPE, record)
                 by_page[number] = report.model_copy(
                     update={"chars": len(kept), "text": kept if report.text is not None else None}

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..blocks import Block
+from ..blocks import PageBlocks
 from ..contract import JobInput, PageItem, PageReport
 from ..engines.base import Recognition
 from ..errors import JobStop, PageError
@@ -92,14 +92,12 @@ class Figure:
 
 @dataclass(frozen=True)
 class PageLayout:
-    """The page as blocks: in one coordinate system, figures cut out, its Markdown made."""
+    """The page as blocks: its blocks file (one coordinate system, figures named), the figures
+    cut out, and its Markdown made from the blocks."""
 
-    blocks: list[Block]
+    doc: PageBlocks
     text: str
     figures: list[Figure]
-    labelled: bool
-    source: str
-    notes: list[str]
 
 
 @dataclass(frozen=True)
@@ -165,7 +163,7 @@ class PageWork:
         if self.stored is not None:
             return self.stored.blocks, self.stored.figures
         if self.layout is not None and self.key is not None:
-            return len(self.layout.blocks), len(self.layout.figures)
+            return len(self.layout.doc.blocks), len(self.layout.figures)
         return 0, 0
 
     def report(self) -> PageReport:

@@ -9,7 +9,6 @@ page: what fails here is reported as a job-level problem, and the pages stay sto
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -17,16 +16,13 @@ from typing import TYPE_CHECKING
 from .. import document
 from ..contract import JobInput, PageReport
 from ..errors import PageError, StorageError
-from ..storage import TEXT_TYPE, JobKeys, Store
+from ..storage import PLAIN_TYPE, TEXT_TYPE, JobKeys, Store
 from . import running_heads, searchable
 from .sources import Document
 from .state import JobContext
 
 if TYPE_CHECKING:
     from .worker import Worker
-
-MARKDOWN_TYPE = "text/markdown; charset=utf-8"
-READ_CONCURRENCY = 16
 
 
 @dataclass
@@ -54,7 +50,7 @@ async def finish(
     t0 = time.perf_counter()
     if context.edges:
         out.pages, notes = await running_heads.apply(
-            store, keys, out.pages, context.edges, job.headers_footers
+            store, out.pages, context.edges, job.headers_footers
         )
         out.notes += notes
     t1 = time.perf_counter()
@@ -93,16 +89,8 @@ async def finish(
 
 async def write_document(store: Store, keys: JobKeys, pages: list[PageReport]) -> str:
     """document.md and document.txt from the stored page texts; the key of document.md."""
-    gate = asyncio.Semaphore(READ_CONCURRENCY)
-
-    async def text(page: PageReport) -> document.PageText:
-        if page.status != "ok" or page.key is None:
-            return document.PageText(page.page, "", page.error)
-        async with gate:
-            return document.PageText(page.page, await store.read_text(page.key))
-
-    texts = await asyncio.gather(*(text(p) for p in pages))
-    await store.put(keys.document("txt"), document.plain(texts).encode("utf-8"), TEXT_TYPE)
+    texts = await document.read_texts(store, pages)
+    await store.put(keys.document("txt"), document.plain(texts).encode("utf-8"), PLAIN_TYPE)
     key = keys.document("md")
-    await store.put(key, document.markdown(texts).encode("utf-8"), MARKDOWN_TYPE)
+    await store.put(key, document.markdown(texts).encode("utf-8"), TEXT_TYPE)
     return key

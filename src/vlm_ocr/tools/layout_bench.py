@@ -21,8 +21,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pymupdf
-
 from .. import samples
 from ..blocks import RawBlock, place
 from ..engines.base import Recognition
@@ -33,17 +31,6 @@ from ..settings import Settings
 from .bench import cpu_seconds
 
 LABELS = {k: k for k in ("title", "text", "figure", "caption", "page-footer")}
-
-
-def scanned(pdf: bytes, dpi: int = 150) -> bytes:
-    """The PDF as a scanner would make it: each page a JPEG, no text layer."""
-    out = pymupdf.open()
-    with pymupdf.open(stream=pdf) as doc:
-        for page in doc:
-            pix = page.get_pixmap(dpi=dpi)
-            new = out.new_page(width=page.rect.width, height=page.rect.height)
-            new.insert_image(new.rect, stream=pix.tobytes("jpeg", jpg_quality=80))
-    return out.tobytes(garbage=3, deflate=True)
 
 
 def answer(with_blocks: bool):
@@ -98,7 +85,7 @@ async def _one(settings: Settings, job: dict[str, Any], with_blocks: bool) -> di
 
 
 async def layout_main(settings: Settings, pages: int) -> int:
-    original = scanned(samples.pdf_from_pages(samples.numbered_pages(pages)))
+    original = samples.scanned(samples.pdf_from_pages(samples.numbered_pages(pages)))
     job = {"pdf": {"base64": base64.b64encode(original).decode()}, "output_prefix": "layout"}
     settings = settings.with_(auto_rotate=False)
     runs = {

@@ -168,7 +168,8 @@ def launch_argvs(spec: ServeSpec, port: int, rpc_port: int = 0) -> dict[str, lis
     argv = server_argv(spec, port)
     replicas = str(spec.data_parallel_size)
     if not spec.vllm.vllm_split_start:
-        return {"server": argv + (["--data-parallel-size", replicas] if replicas != "1" else [])}
+        several = spec.data_parallel_size > 1
+        return {"server": [*argv, "--data-parallel-size", replicas] if several else argv}
     dp = ["--data-parallel-size", replicas, "--data-parallel-address", "127.0.0.1"]
     dp += ["--data-parallel-rpc-port", str(rpc_port)]
     return {

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from ...blocks import markdown, with_points
+from ...blocks import PageBlocks, markdown, printed_size, with_points
 from ...errors import PageError
 from ...storage import JobKeys
 from ..sources import Rendering
@@ -34,9 +34,7 @@ class Layout:
             return
         t0 = time.perf_counter()
         turn = page.turn or 0
-        size = image.pdf_size
-        if size is not None and turn % 180:
-            size = (size[1], size[0])  # the page as printed
+        size = printed_size(image.pdf_size, turn)
         blocks = with_points(
             reading.blocks, turn=turn, width=image.width, height=image.height, pdf_size=size
         )
@@ -70,5 +68,16 @@ class Layout:
                 blocks[n] = blocks[n].model_copy(update={"image": name})
                 figures.append(Figure(name, png))
         text = markdown(blocks, page.job.input.headers_footers) if reading.labelled else rec.text
-        page.layout = PageLayout(blocks, text, figures, reading.labelled, self.source, notes)
+        doc = PageBlocks(
+            page=page.ref.number,
+            width=image.width,
+            height=image.height,
+            pdf_size=size,
+            rotated=page.turn,
+            source=self.source,
+            labelled=reading.labelled,
+            blocks=blocks,
+            notes=notes,
+        )
+        page.layout = PageLayout(doc, text, figures)
         page.time("layout_s", t0)

@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import time
 
-from ...blocks import PageBlocks
 from ...errors import JobStop, PageError, StorageError
-from ...storage import JSON_TYPE, TEXT_TYPE, PageRecord, Store
+from ...storage import JSON_TYPE, PNG_TYPE, TEXT_TYPE, PageRecord, Store
 from ..state import Edges, PageWork
 
 EDGE_LINES = 3  # lines kept from the top and the bottom of a page for the running-head pass
 EDGE_CHARS = 120  # a running head is short; a longer line is the page's text
-PNG_TYPE = "image/png"
 
 
 class StoreText:
@@ -47,44 +45,25 @@ class StoreText:
             page.image.sha256,
             job.fingerprint_id,
             chars,
-            blocks=len(layout.blocks) if layout else 0,
+            blocks=len(layout.doc.blocks) if layout else 0,
             figures=len(layout.figures) if layout else 0,
         )
         if layout is not None:
-            for figure in layout.figures:
-                await self._put_bytes(f"{job.keys.prefix}/{figure.name}", figure.png, PNG_TYPE)
-            doc = PageBlocks(
-                page=page.ref.number,
-                width=(page.read_image or page.image).width,
-                height=(page.read_image or page.image).height,
-                pdf_size=_printed(page),
-                rotated=page.turn,
-                source=layout.source,
-                labelled=layout.labelled,
-                blocks=layout.blocks,
-                notes=layout.notes,
-            )
-            blocks = doc.model_dump_json(exclude_none=True)
+            for n, figure in enumerate(layout.figures, 1):
+                await self._put(job.keys.figure(page.ref.number, n), figure.png, PNG_TYPE, None)
+            blocks = layout.doc.model_dump_json(exclude_none=True).encode()
             await self._put(job.keys.blocks(page.ref.number), blocks, JSON_TYPE, record)
         # a fallback is stored without a record: a job submitted again asks the model again
         kind = JSON_TYPE if job.json else TEXT_TYPE
-        await self._put(key, text, kind, None if page.fallback else record)
+        await self._put(key, text.encode("utf-8"), kind, None if page.fallback else record)
         page.key = key
-        if not job.json and not page.blank and (layout is None or not layout.labelled):
+        if not job.json and not page.blank and (layout is None or not layout.doc.labelled):
             job.edges[page.ref.number] = edges_of(text)
         page.time("store_s", t0)
 
-    async def _put_bytes(self, key: str, data: bytes, kind: str) -> None:
+    async def _put(self, key: str, data: bytes, kind: str, record: PageRecord | None) -> None:
         try:
-            await self.store.put(key, data, kind)
-        except StorageError as exc:
-            raise PageError(
-                "store", f"not stored: {exc}", stop=JobStop("store", str(exc))
-            ) from None
-
-    async def _put(self, key: str, text: str, kind: str, record: PageRecord | None) -> None:
-        try:
-            await self.store.put(key, text.encode("utf-8"), kind, record)
+            await self.store.put(key, data, kind, record)
         except StorageError as exc:
             raise PageError(
                 "store", f"not stored: {exc}", stop=JobStop("store", str(exc))
@@ -97,7 +76,7 @@ class StoreText:
             return None
         key = page.job.keys.partial(page.ref.number)
         try:
-            await self._put(key, text, TEXT_TYPE, None)
+            await self._put(key, text.encode("utf-8"), TEXT_TYPE, None)
         except PageError as exc:
             why = exc.stop.message if exc.stop else exc.message
             return PageError("store", f"its partial text was not stored ({why})", stop=exc.stop)
@@ -109,12 +88,3 @@ def edges_of(text: str) -> Edges:
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     short = [ln if len(ln) <= EDGE_CHARS else "" for ln in lines]  # "" never repeats
     return Edges(tuple(short[:EDGE_LINES]), tuple(short[-EDGE_LINES:]), len(short))
-
-
-def _printed(page: PageWork) -> tuple[float, float] | None:
-    """The PDF page's size in points as printed (the image read may be turned)."""
-    image = page.read_image or page.image
-    size = image.pdf_size if image is not None else None
-    if size is not None and (page.turn or 0) % 180:
-        return (size[1], size[0])
-    return size

@@ -62,7 +62,9 @@ class Worker:
         )
         self.rendering = Rendering(self.pool, render)
         self.cpu_models = CpuModels(
-            settings.cpu_models.cpu_model_processes, timeout_s=render.render_timeout_s
+            settings.cpu_models.cpu_model_processes,
+            timeout_s=render.render_timeout_s,
+            layout=settings.cpu_models.cpu_layout,
         )
         self.engine_slots = settings.job.max_concurrent_pages or engine.default_concurrency
         # Rendered pages held at once, across jobs: those at the engine and a few ready to go.

@@ -33,7 +33,10 @@ class SecondOpinion:
         if isinstance(other, Exception):
             page.opinion = Opinion(None, True, [f"no second opinion: {other}"])
             return
-        found = agree(rec.text, other)
+        # An engine that labels blocks leaves headers and footers out of its text: so does the
+        # second reading it is compared with.
+        labelled = rec.reading is not None and rec.reading.labelled and bool(rec.reading.blocks)
+        found = agree(rec.text, other.body if labelled else other.text)
         page.opinion = Opinion(
             found.agreement,
             found.needs_review(self.min_agreement),

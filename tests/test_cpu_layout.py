@@ -168,6 +168,10 @@ def test_a_page_where_the_model_finds_nothing_keeps_its_lines_as_text_blocks() -
         "Journal of Applied Hydrology, Vol. 12, No. 3, 2021",
         "水利科学学报 2021年 第12卷 第3期",
         "下载自 https://kns.example.cn 2024-05-12",
+        # as the recognizer reads small print: spaced out
+        "5 9",
+        "C N 1 1 - 1 2 3 4 / P",
+        "ht t p:/ / www. ex a mpl e - j our n al . cn",
     ],
 )
 def test_the_margin_rule_takes_what_furniture_says(text: str) -> None:
@@ -179,6 +183,15 @@ def test_the_margin_rule_takes_what_furniture_says(text: str) -> None:
             "page-number" if margins.is_page_number(text) else ("header" if y < 700 else "footer")
         )
         assert taken.label == f"margin-{kind}"
+
+
+def test_a_running_heads_parts_are_read_alone() -> None:
+    head = [line(100, 40, 400, "示例水务集团 2025年度报告", h=14), line(850, 40, 900, "53", h=14)]
+    blocks = labelled([*head, *column(100, 900, "Body")], [], height=H)  # one row, one column
+    assert [(b.label, b.content) for b in blocks[:2]] == [
+        ("text", "示例水务集团 2025年度报告"),
+        ("margin-page-number", "53"),
+    ]
 
 
 @pytest.mark.parametrize(

@@ -82,14 +82,16 @@ def labelled(lines: Sequence[Line], regions: Sequence[Region], *, height: float)
     rule's); `place` maps them onto the vocabulary with `LABELS`."""
     line_h = median(ln.height for ln in lines) if lines else 1.0
     whole = [n for n, r in enumerate(regions) if r.label in WHOLE]
-    paras = paragraphs(in_regions(lines, regions), whole)
+    placed = in_regions(lines, regions)
+    paras = paragraphs(placed, whole)
     pieces = Counter(p.region for p in paras)
+    free = [ln for ln in placed if ln.region is None]
     blocks: list[RawBlock] = []
     cut: set[int] = set()  # figures placed
     for para in paras:
         n = para.region
         if n is None:
-            blocks.append(RawBlock("text", para.box, para.text))
+            blocks += _text_blocks(para.box, para.text, free, height)
             continue
         region = regions[n]
         # the model's box, where the region is one block of the reading
@@ -110,6 +112,22 @@ def labelled(lines: Sequence[Line], regions: Sequence[Region], *, height: float)
             _insert_figure(blocks, RawBlock("figure", region.box, ""))
     blocks = _confirmed(blocks, lines, height=height, line_h=line_h)
     return margins.apply(blocks, height=height, line_h=line_h, furniture=FURNITURE)
+
+
+def _text_blocks(
+    box: tuple[float, float, float, float], text: str, free: Sequence[Line], height: float
+) -> list[RawBlock]:
+    """A paragraph of lines in no region; in a margin, a block for each of its lines (a running
+    head's parts at the left and the right, each for the margin rule to read alone)."""
+    top, bottom = margins.MARGIN * height, (1 - margins.MARGIN) * height
+    if not (box[3] <= top or box[1] >= bottom):
+        return [RawBlock("text", box, text)]
+    held = sorted(
+        (ln for ln in free if ln.text.strip() and _inside(ln, box)), key=lambda ln: (ln.y0, ln.x0)
+    )
+    if len(held) < 2:
+        return [RawBlock("text", box, text)]
+    return [RawBlock("text", (ln.x0, ln.y0, ln.x1, ln.y1), ln.text.strip()) for ln in held]
 
 
 def _union(a: Sequence[float], b: Sequence[float]) -> tuple[float, float, float, float]:

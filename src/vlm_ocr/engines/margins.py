@@ -27,41 +27,52 @@ MIN_GAP = 0.8  # line heights between a margin block and the body
 MAX_CHARS = 160
 MAX_ROWS = 2
 MAX_WORDS_BESIDE_URL = 3  # "Available at www.example.org"; a footnote around a link says more
+MAX_CHARS_BESIDE_URL = 12  # the same, in a line read with its spaces lost or added
 #: what the blocks the rule may relabel were labelled: text, or no region at all
 TEXT_LABELS = frozenset({"text", "title", "reference"})
 
+# The recognizer spaces small print out ("5 9", "C N 1 1 - 1 2 3 4") or runs it together, so
+# numbers, addresses and CJK are matched in the text without its spaces (`tight`), words in the
+# text as read (`flat`).
 PAGE_NUMBER = re.compile(
-    r"^(?:page|p\.|seite|página|第)?\s*[-–—·•(\[]?\s*(?:\d{1,4}|[ivxlc]{1,7})\s*[-–—·•)\]]?"
-    r"\s*(?:(?:of|/|von|de|共)\s*\d{1,4})?\s*[页頁版]?$",
-    re.IGNORECASE,
+    r"^(?:page|p\.|seite|página|第)?[-–—·•(\[]?(?:\d{1,4}|[ivxlc]{1,7})[-–—·•)\]]?"
+    r"(?:(?:of|/|von|de|共)\d{1,4})?[页頁版]?$"
 )
-URL = re.compile(r"https?://\S+|www\.\S+|\b[\w-]+(?:\.[\w-]+)*\.(?:com|org|net|edu|gov|cn|io)\b\S*")
-STAMP = re.compile(
+URL = re.compile(
+    r"https?://[\w-]+\.[\w./%#?=&~-]+|www\.[\w-]+\.[\w./%#?=&~-]+"
+    r"|\b[\w-]+(?:\.[\w-]+)*\.(?:com|org|net|edu|gov|cn|io)\b[\w./%#?=&~-]*"
+)
+TIGHT_URL = re.compile(r"https?://\S+|www\.\S+")
+FLAT_CUES = re.compile(
     r"^(?:downloaded|accessed|retrieved|printed|provided|delivered)\b|\bdownloaded\s+(?:from|by)\b"
-    r"|下载|来源\s*[:：]",
+    r"|\b(?:vol|volume|no|issue|pp)\b\.?\s*\d|\bcopyright\b|\ball rights reserved\b",
     re.IGNORECASE,
 )
-JOURNAL = re.compile(
-    r"\b(?:vol|volume|no|issue|pp)\b\.?\s*\d"
-    r"|\(\s*(?:19|20)\d{2}\s*\)\s*\d+"
-    r"|\b(?:19|20)\d{2}\s*[,;]\s*\d+\s*\(\s*\d+\s*\)"
-    r"|\b(?:issn|isbn|doi)\b|©|\bcopyright\b|\ball rights reserved\b"
-    r"|第\s*\d+\s*[卷期]|\d+\s*卷\s*\d+\s*期|学报|杂志|期刊|版权所有|CN\s*\d{2}\s*-\s*\d{4}",
-    re.IGNORECASE,
+TIGHT_CUES = re.compile(
+    r"下载|来源[:：]"  # a download stamp
+    r"|\((?:19|20)\d{2}\)\d+|(?:19|20)\d{2}[,;]\d+\(\d+\)"  # (2005) 153-160; 2019, 12(3)
+    r"|(?:e-?)?(?:issn|isbn)[:：]?\d{4}-?\d{3}[\dx]|doi[:：]?10\.\d|doi\.org|©"
+    r"|cn\d{2}-\d{4}|第\d+[卷期]|\d+卷\d+期|学报|杂志|期刊|版权所有"
 )
+
+
+def _tight(text: str) -> str:
+    return "".join(text.split()).lower()
 
 
 def is_page_number(text: str) -> bool:
-    return bool(PAGE_NUMBER.match(" ".join(text.split())))
+    return bool(PAGE_NUMBER.match(_tight(text)))
 
 
 def says_furniture(text: str) -> bool:
     """A page number, a web address alone, a download stamp or a journal's line."""
-    flat = " ".join(text.split())
-    if is_page_number(flat) or STAMP.search(flat) or JOURNAL.search(flat):
+    flat, tight = " ".join(text.split()), _tight(text)
+    if is_page_number(text) or FLAT_CUES.search(flat) or TIGHT_CUES.search(tight):
         return True
     if URL.search(flat):
         return len(URL.sub(" ", flat).split()) <= MAX_WORDS_BESIDE_URL
+    if TIGHT_URL.search(tight):  # an address read with spaces in it
+        return len(TIGHT_URL.sub("", tight)) <= MAX_CHARS_BESIDE_URL
     return False
 
 

@@ -7,12 +7,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from vlm_ocr.blocks import RUNNING, PageBlocks
 from vlm_ocr.engines import layout_model, margins
+from vlm_ocr.engines.factory import make_engine
 from vlm_ocr.engines.layout_blocks import labelled
 from vlm_ocr.engines.layout_model import CLASSES, INPUT_HEIGHT, INPUT_WIDTH, STRIDES, Region
 from vlm_ocr.engines.rapidocr import page_reading
 from vlm_ocr.engines.reading_order import Line
 from vlm_ocr.errors import ConfigError
+from vlm_ocr.images import Budget
+from vlm_ocr.pipeline.worker import warmup_page
+from vlm_ocr.tools.furniture_bench import BuiltPage, documents, pdf
+
+from .support import TEST_PIXELS, b64, make_settings, new_worker, run_job
 
 W, H = 1000, 1400  # a page of synthetic lines, in pixels
 
@@ -209,3 +216,51 @@ def test_a_running_heads_parts_are_read_alone() -> None:
 def test_the_margin_rule_never_takes_a_body_line(lines: list[Line]) -> None:
     blocks = labelled(lines, [], height=H)
     assert not [b for b in blocks if b.label.startswith("margin-")]
+
+
+# --- through the worker -------------------------------------------------------------------------
+
+
+def journal_page() -> BuiltPage:
+    """An English journal page: its running head at the top, its page number at the bottom."""
+    return documents("en")[1][1]
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_a_single_pages_furniture_leaves_its_text_unless_kept(
+    tmp_path, loop, cpu_engine, cpu_pool, keep: bool
+) -> None:
+    spec = journal_page()
+    worker = new_worker(loop, make_settings(tmp_path), cpu_engine, cpu_pool)
+    job = {"pdf": {"base64": b64(pdf([spec]))}, "output_prefix": "journal"}
+    result = run_job(loop, worker, job | {"headers_footers": "keep" if keep else "drop"})
+    assert result.status == "ok", result.error
+    [page] = result.pages
+    doc = PageBlocks.model_validate_json((tmp_path / "out" / str(page.blocks_key)).read_text())
+    assert doc.labelled and doc.source == "rapidocr"
+    furniture = {b.kind: b.content for b in doc.blocks if b.kind in RUNNING}
+    assert "Journal of Applied Hydrology" in furniture["page-header"]
+    assert furniture["page-number"] == str(spec.number)
+    assert any(b.kind == "section-header" for b in doc.blocks)
+    text = (tmp_path / "out" / str(page.key)).read_text()
+    assert "The measurements reported here" in text
+    assert ("Journal of Applied Hydrology" in text) is keep
+    assert (str(spec.number) in text.split()) is keep
+    assert "labelled blocks" in result.engine["blocks"]
+    assert "layout_model" in result.fingerprint
+
+
+def test_with_cpu_layout_off_the_lines_are_text_blocks(tmp_path, loop, cpu_pool) -> None:
+    settings = make_settings(tmp_path, engine="rapidocr", cpu_layout=False)
+    engine = make_engine(settings)
+    loop.run(engine.start(warmup_page(Budget(TEST_PIXELS))))
+    worker = new_worker(loop, settings, engine, cpu_pool)
+    job = {"pdf": {"base64": b64(pdf([journal_page()]))}, "output_prefix": "off"}
+    result = run_job(loop, worker, job)
+    assert result.status == "ok", result.error
+    doc = PageBlocks.model_validate_json((tmp_path / "out/off/page-0001.json").read_text())
+    assert not doc.labelled and {b.kind for b in doc.blocks} == {"text"}
+    text = (tmp_path / "out/off/page-0001.md").read_text()
+    assert "Journal of Applied Hydrology" in text  # one page: no other page tells its head
+    assert "text blocks with boxes" in result.engine["blocks"]
+    assert "layout_model" not in result.fingerprint and not worker.cpu_models.layout

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from ..blocks import RawBlock
 
 MARGIN = 0.1  # of the page's height, at the top and at the bottom
-MIN_GAP = 0.8  # line heights between a margin block and the body
+MIN_GAP = 0.5  # line heights between a margin block and the body (a paragraph's lines sit closer)
 MAX_CHARS = 160
 MAX_ROWS = 2
 MAX_WORDS_BESIDE_URL = 3  # "Available at www.example.org"; a footnote around a link says more

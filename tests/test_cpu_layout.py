@@ -4,8 +4,12 @@ body line, and CPU_LAYOUT=false groups the lines as before."""
 
 from __future__ import annotations
 
+import io
+
 import numpy as np
+import pymupdf
 import pytest
+from PIL import Image
 
 from vlm_ocr.blocks import RUNNING, PageBlocks
 from vlm_ocr.engines import layout_model, margins
@@ -17,7 +21,7 @@ from vlm_ocr.engines.reading_order import Line
 from vlm_ocr.errors import ConfigError
 from vlm_ocr.images import Budget
 from vlm_ocr.pipeline.worker import warmup_page
-from vlm_ocr.tools.furniture_bench import BuiltPage, documents, pdf
+from vlm_ocr.tools.furniture_bench import EN_BODY, BuiltPage, documents, pdf
 
 from .support import TEST_PIXELS, b64, make_settings, new_worker, run_job
 
@@ -264,3 +268,56 @@ def test_with_cpu_layout_off_the_lines_are_text_blocks(tmp_path, loop, cpu_pool)
     assert "Journal of Applied Hydrology" in text  # one page: no other page tells its head
     assert "text blocks with boxes" in result.engine["blocks"]
     assert "layout_model" not in result.fingerprint and not worker.cpu_models.layout
+
+
+def page_with_a_picture() -> bytes:
+    """A page of text with a picture (a noisy gradient, as a photograph is) and its caption."""
+    doc = pymupdf.open()
+    page = doc.new_page(width=595, height=842)
+    page.insert_text((64, 80), "1. Results", fontname="helv", fontsize=13)
+    text = {"fontname": "helv", "fontsize": 10.5, "lineheight": 1.35}
+    page.insert_textbox(pymupdf.Rect(64, 100, 531, 260), f"{EN_BODY[0]} {EN_BODY[1]}", **text)
+    y, x = np.mgrid[0:300, 0:420]
+    gradient = np.stack([x * 255 / 420, y * 255 / 300, (x + y) * 127 / 720], -1) * 0.6
+    noise = np.random.default_rng(0).integers(0, 100, (300, 420, 3))
+    png = io.BytesIO()
+    Image.fromarray((gradient + noise).clip(0, 255).astype(np.uint8)).save(png, format="PNG")
+    page.insert_image(pymupdf.Rect(88, 280, 508, 580), stream=png.getvalue())
+    caption = "Figure 1. Water levels at the eleven stations, 2015-2020."
+    page.insert_text((160, 600), caption, fontname="helv", fontsize=9)
+    page.insert_textbox(pymupdf.Rect(64, 620, 531, 780), f"{EN_BODY[2]} {EN_BODY[3]}", **text)
+    return doc.tobytes()
+
+
+def test_a_figure_the_model_finds_is_cut_out_with_its_caption(
+    tmp_path, loop, cpu_engine, cpu_pool
+) -> None:
+    worker = new_worker(loop, make_settings(tmp_path), cpu_engine, cpu_pool)
+    job = {"pdf": {"base64": b64(page_with_a_picture())}, "output_prefix": "picture"}
+    result = run_job(loop, worker, job)
+    assert result.status == "ok", result.error
+    [page] = result.pages
+    assert page.figures == ["picture/page-0001-figure-1.png"]
+    with Image.open(tmp_path / "out" / page.figures[0]) as figure:
+        assert figure.width > 300 and figure.height > 200  # the picture, not a line of text
+    doc = PageBlocks.model_validate_json((tmp_path / "out" / str(page.blocks_key)).read_text())
+    kinds = [b.kind for b in doc.blocks]
+    assert kinds[kinds.index("figure") + 1] == "caption"
+    text = (tmp_path / "out" / str(page.key)).read_text()
+    assert "![Figure 1. Water levels at the eleven stations" in text
+    assert "(page-0001-figure-1.png)" in text
+
+
+def test_a_second_opinion_leaves_furniture_out_as_the_engines_text_does(
+    tmp_path, loop, cpu_engine, cpu_pool
+) -> None:
+    worker = new_worker(loop, make_settings(tmp_path, second_opinion=True), cpu_engine, cpu_pool)
+    try:
+        job = {"pdf": {"base64": b64(pdf([journal_page()]))}, "output_prefix": "second"}
+        result = run_job(loop, worker, job)
+    finally:
+        loop.run(worker.cpu_models.close())
+    assert result.status == "ok", result.error
+    [page] = result.pages
+    # the same reading both times, the running head and page number out of both texts
+    assert page.agreement == 1.0 and page.review is False, page.differences

@@ -8,7 +8,9 @@ import re
 import signal
 import subprocess
 import threading
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -29,6 +31,7 @@ from .support.engine import (
     make_tiny_model,
     settings_from,
 )
+from .support.fault_proxy import FaultProxy, first_try_of_each_page
 
 pytestmark = pytest.mark.engine
 
@@ -137,6 +140,56 @@ def test_openai_engine_uses_the_same_client(loop, vllm, tmp_path: Path) -> None:
         loop.run(remote.close())
     assert result.engine["name"] == "openai"
     assert (result.pages[0].prompt_tokens or 0) > 0 and result.pages[0].attempts >= 2
+
+
+@contextmanager
+def through_a_fault_proxy(loop, worker, settings: Settings, out: Path, **values: Any):
+    """A second worker on ENGINE=openai whose page requests reach the module's server through
+    the fault proxy; every answer 8 tokens long, taken as it comes (the weights are random)."""
+    host, port = worker.engine.base_url.removeprefix("http://").split(":")
+    proxy = FaultProxy((host, int(port)))
+    other = second_client(worker, settings, out).with_(openai_base_url=proxy.url, **values)
+    exact = None if values else 8
+    remote = build_worker(other, make_engine(other, EngineOptions(exact_output_tokens=exact)))
+    try:
+        yield remote, proxy
+    finally:
+        loop.run(remote.close())
+        proxy.close()
+
+
+TWO_PAGES = {"pdf": {"base64": b64(samples.pdf_from_pages(samples.numbered_pages(2)))}}
+
+
+@pytest.mark.parametrize("fault", ["drop", "503", "cut"])
+def test_a_page_request_lost_on_the_way_to_vllm_is_sent_again(
+    loop, vllm, tmp_path: Path, fault: str
+) -> None:
+    worker, settings = vllm
+    with through_a_fault_proxy(loop, worker, settings, tmp_path) as (remote, proxy):
+        proxy.body_rule = first_try_of_each_page(fault)
+        loop.run(remote.start())  # the warm-up page loses its first request too
+        result = loop.run(remote.run("lost", TWO_PAGES))
+    assert result.status == "ok", result.errors
+    assert [(p.status, p.attempts, p.tries) for p in result.pages] == [("ok", 1, 2)] * 2
+    assert sum(outcome == fault for _, _, outcome in proxy.seen) == 3
+
+
+def test_an_http_400_from_vllm_fails_the_page_at_once_with_its_message(
+    loop, vllm, tmp_path: Path
+) -> None:
+    worker, settings = vllm
+    # more answer than the model's context (MAX_MODEL_LEN 2048): vLLM refuses the request
+    with through_a_fault_proxy(loop, worker, settings, tmp_path, max_tokens=100_000) as (
+        remote,
+        proxy,
+    ):
+        loop.run(remote.start())
+        result = loop.run(remote.run("too-long", TWO_PAGES))
+    for page in result.pages:
+        assert page.status == "failed" and page.tries == 1, page
+        assert page.error and page.error.startswith("the engine server answered HTTP 400")
+    assert [outcome for _, path, outcome in proxy.seen if "chat" in path].count("pass") == 3
 
 
 def child_pids(pid: int) -> list[int]:

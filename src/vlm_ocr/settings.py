@@ -213,17 +213,37 @@ class VlmSettings(Group):
     max_tokens: int = Field(
         0,
         ge=0,
+        le=1_048_576,
         description="Output token cap per page request; 0 = the model family's own (4096 for "
         "Qwen chat VLMs, 8000 olmOCR, 12384 Chandra, 16384 dots.ocr, 4096 LightOnOCR).",
     )
     max_attempts: int = Field(
         0,
         ge=0,
+        le=20,
         description="Attempts per page while its answer stops by length or repetition or is not "
         "in the family's format; 0 = the family's own ladder (4 for Qwen chat VLMs, 8 olmOCR, 7 "
         "Chandra, 4 dots.ocr and LightOnOCR).",
     )
-    request_timeout_s: float = Field(600.0, description="Time limit for one page request.")
+    request_timeout_s: float = Field(
+        600.0,
+        gt=0,
+        description="Time limit for one page request, in seconds, its transport retries included.",
+    )
+    transport_retries: int = Field(
+        3,
+        ge=0,
+        le=20,
+        description="Times a page request is sent again after a transport failure (a connection "
+        "refused, reset or closed without an answer, an answer cut off, HTTP 502/503/504, a body "
+        "that is not the server's JSON), with a short backoff, while the engine is up and the "
+        "request's time lasts. An HTTP 400, a slow page and a dead engine are not retried.",
+    )
+
+    @field_validator("openai_base_url")
+    @classmethod
+    def _base_url(cls, value: str | None) -> str | None:
+        return http_url(value)
 
 
 class VllmSettings(Group):

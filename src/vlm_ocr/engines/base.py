@@ -26,6 +26,8 @@ class Recognition:
     ok: bool = True
     finish_reason: str | None = None
     attempts: int = 1
+    #: requests sent: one per attempt, plus one for each transport failure (0: no server asked)
+    tries: int = 0
     prompt_tokens: int | None = None
     output_tokens: int | None = None
     seconds: float = 0.0

@@ -109,6 +109,28 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also send the same pages straight to the engine's server",
     )
+    bench.add_argument(
+        "--instant-engine",
+        action="store_true",
+        help="the soak: an OpenAI-compatible server on loopback that answers at once (ENGINE="
+        "openai), losing --faults of the requests on the way and answering --slow of them late",
+    )
+    bench.add_argument(
+        "--faults", type=float, default=0.02, help="--instant-engine: share lost (default 0.02)"
+    )
+    bench.add_argument(
+        "--slow", type=float, default=0.005, help="--instant-engine: share slow (default 0.005)"
+    )
+    bench.add_argument(
+        "--slow-s", type=float, default=2.0, help="--instant-engine: how slow, s (default 2)"
+    )
+    bench.add_argument(
+        "--gpu-price",
+        type=float,
+        metavar="USD_PER_HOUR",
+        help="also print what a million pages cost at this GPU price per hour (all the "
+        "worker's GPUs together)",
+    )
 
     evaluate.add_arguments(
         sub.add_parser(

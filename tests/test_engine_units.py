@@ -217,7 +217,8 @@ def test_auto_engine_choice(tmp_path: Path) -> None:
     assert kind is EngineKind.VLLM and "present" in why
     kind, why = choose_engine_kind(Settings(model_name="org/not-here"), H100)
     assert kind is EngineKind.RAPIDOCR and "model org/not-here not found" in why
-    assert choose_engine_kind(Settings(engine="openai"), NO_GPU)[0] is EngineKind.OPENAI
+    openai = Settings(engine="openai", openai_base_url="http://127.0.0.1:9/v1")
+    assert choose_engine_kind(openai, NO_GPU)[0] is EngineKind.OPENAI
     # a hub id is present when the hub cache has it
     cache = tmp_path / "hub"
     (cache / "models--org--here").mkdir(parents=True)

@@ -90,10 +90,13 @@ class ExternalServer:
 
     def __init__(self, base_url: str | None) -> None:
         if not base_url:
-            raise ValueError("ENGINE=openai needs OPENAI_BASE_URL (the server's base URL)")
+            raise ConfigError("ENGINE=openai needs OPENAI_BASE_URL (the server's base URL)")
         self.base_url = base_url
 
     async def start(self) -> dict[str, Any]:
+        return {}
+
+    async def ready(self) -> dict[str, Any]:
         return {}
 
     async def gone_after_error(self) -> bool:

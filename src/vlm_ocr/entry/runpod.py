@@ -136,13 +136,20 @@ def stop_on_signals(worker: Worker) -> None:
 
 
 def main() -> None:
-    settings = Settings.from_env(os.environ)
+    try:
+        settings: Settings | None = Settings.from_env(os.environ)
+    except ConfigError as exc:
+        settings, refusal = None, exc
     # force: importing runpod has configured the root logger already, which would ignore ours
     logging.basicConfig(
-        level=settings.job.log_level,
+        level=settings.job.log_level if settings else "INFO",
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         force=True,
     )
+    if settings is None:  # a value no job can run with: say which to every job, and stay up
+        log.error("this worker cannot run jobs with its settings: %s", refusal)
+        runpod.serverless.start({"handler": refuse_all(str(refusal))})
+        return
     loop = WorkerLoop()
     try:
         worker = build_worker(settings)

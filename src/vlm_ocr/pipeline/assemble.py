@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ..engines.base import Engine
 from ..engines.factory import make_engine
+from ..errors import ConfigError
 from ..settings import Settings
 from ..storage import Bucket, BucketInputs, LocalStore, S3Store, Store
 from .cpu_pool import CpuPool
@@ -23,12 +24,30 @@ def make_store(
     bucket whenever one is configured."""
     bucket_settings = settings.bucket
     if not bucket_settings.configured:
-        return LocalStore(out_dir or settings.job.output_dir), None
+        return local_store(out_dir, settings), None
     bucket = Bucket.from_settings(bucket_settings)
     if out_dir is not None:
-        return LocalStore(out_dir), BucketInputs(bucket)
+        return local_store(out_dir, settings), BucketInputs(bucket)
     log.info("store: s3://%s/%s", bucket_settings.bucket_name, bucket_settings.bucket_prefix)
     return S3Store.from_settings(bucket_settings, bucket), BucketInputs(bucket)
+
+
+def local_store(out_dir: Path | None, settings: Settings) -> LocalStore:
+    """The results folder, made now: one that cannot be written refuses every job at start,
+    not each page as it is stored."""
+    root = out_dir or settings.job.output_dir
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        probe = root / ".write-check"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except (OSError, ValueError) as exc:
+        name = "the results folder" if out_dir else "OUTPUT_DIR"
+        raise ConfigError(
+            f"{name}={str(root)!r}: it cannot be written ({exc}); accepted: a folder this "
+            "worker may create and write to, or bucket settings (BUCKET_NAME and its keys)"
+        ) from None
+    return LocalStore(root)
 
 
 def build_worker(

@@ -67,7 +67,7 @@ def detect(
     if override:
         if override not in FAMILIES:
             raise ConfigError(
-                f"MODEL_FAMILY is {override!r}; the families are {', '.join(FAMILIES)}"
+                f"MODEL_FAMILY={override!r}: no such family; accepted: {', '.join(FAMILIES)}"
             )
         return Detected(make(FAMILIES[override], model_type, options), f"MODEL_FAMILY={override}")
     name = model.lower()

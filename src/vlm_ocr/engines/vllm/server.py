@@ -210,18 +210,25 @@ class VllmServer:
         env = self.child_env()
         if child.role == "engine":  # fork the engine core: it has vLLM imported already
             env.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "fork")
-        child.proc = await asyncio.create_subprocess_exec(
-            python,
-            "-c",
-            _LAUNCH,
-            str(os.getpid()),
-            *rest,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            env=env,
-            start_new_session=True,  # so stop() can end its whole process group
-        )
+        try:
+            child.proc = await asyncio.create_subprocess_exec(
+                python,
+                "-c",
+                _LAUNCH,
+                str(os.getpid()),
+                *rest,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                env=env,
+                start_new_session=True,  # so stop() can end its whole process group
+            )
+        except OSError as exc:  # no such interpreter, or not one this worker may run
+            await self.stop()
+            raise ConfigError(
+                f"VLLM_PYTHON={python!r}: it cannot be run ({exc.strerror or exc}); accepted: "
+                "the interpreter of the environment that has vLLM installed"
+            ) from None
         child.reader = asyncio.create_task(self._read_log(child.proc))
 
     @staticmethod

@@ -37,7 +37,7 @@ NO_GPU = GpuFacts()
 
 
 def spec(gpu: GpuFacts = H100, **values: object) -> ServeSpec:
-    return ServeSpec.resolve(Settings(**values), gpu)
+    return ServeSpec.resolve(Settings(**values), gpu, cpus=16)
 
 
 # What the image runs for the default model on one 80 GB GPU (README "Engine" shows it).
@@ -135,12 +135,14 @@ def test_a_split_start_is_one_server_and_one_headless_engine_on_the_same_flags()
         "8100",
     ]
     base = server_argv(split, 8000)
+    # the default model's 1.6 MP pages: two API servers; the headless engine has none
+    front = ["--api-server-count", "2"]
     assert argvs == {
-        "server": [*base, *dp, "--data-parallel-size-local", "0"],
+        "server": [*base, *dp, "--data-parallel-size-local", "0", *front],
         "engine": [*base, *dp, "--data-parallel-size-local", "1", "--headless"],
     }
     single = spec(H100, vllm_split_start=False)
-    assert launch_argvs(single, 8000, rpc_port=8100) == {"server": base}
+    assert launch_argvs(single, 8000, rpc_port=8100) == {"server": [*base, *front]}
 
 
 @pytest.mark.parametrize(
@@ -256,7 +258,7 @@ def test_nothing_runs_and_no_port_is_taken_before_start(monkeypatch) -> None:
 FAKE_VLLM = """
 import sys, http.server, pathlib
 port = int(sys.argv[sys.argv.index("--port") + 1])
-taken = pathlib.Path(sys.argv[-1])
+taken = pathlib.Path(sys.argv[sys.argv.index("--taken") + 1])
 if str(port) in taken.read_text().split():
     print(f"ERROR: [Errno 98] error while attempting to bind on address ('127.0.0.1', {port}): "
           "address already in use", flush=True)
@@ -285,7 +287,7 @@ def test_a_port_taken_before_the_server_bound_it_is_tried_again(loop, tmp_path: 
     ports = [free_port() for _ in range(4)]
     taken.write_text(str(ports[0]))
     served = spec(
-        NO_GPU, vllm_python=str(python), vllm_split_start=False, vllm_extra_args=str(taken)
+        NO_GPU, vllm_python=str(python), vllm_split_start=False, vllm_extra_args=f"--taken {taken}"
     )
     server = VllmServer(served, ModelFiles(Settings().model), pick_port=iter(ports).__next__)
     try:

@@ -34,6 +34,7 @@ from .support.engine import (
 from .support.fault_proxy import FaultProxy, first_try_of_each_page
 
 pytestmark = pytest.mark.engine
+TWO_PAGES = {"pdf": {"base64": b64(samples.pdf_from_pages(samples.numbered_pages(2)))}}
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +69,38 @@ def test_cold_start_records_engine_facts(vllm) -> None:
     argv = facts["argv"]
     assert argv[argv.index("--gdn-prefill-backend") + 1] == "triton"
     assert argv[argv.index("--kv-cache-dtype") + 1] == "auto"
+    # the cold start by vLLM's own lines; the CPU build compiles nothing (ENFORCE_EAGER)
+    start = facts["cold_start"]
+    assert 0 < start["first_log_line_at_s"] < start["api_server_ready_at_s"]
+    assert start["engine_init_s"] > 0 and "not_logged" in start
+    assert facts["caches"] == {"state": "the container's own (no network volume)"}
+
+
+def test_two_api_servers_share_the_image_preprocessing_with_a_split_start(
+    loop, tiny_model: Path, tmp_path: Path
+) -> None:
+    settings = settings_from(engine_env(tiny_model), output_dir=tmp_path, api_server_count=2)
+    with pytest.MonkeyPatch.context() as env:
+        for key, value in SERVER_ENV.items():
+            env.setenv(key, value)
+        worker = loop.run(start_worker(settings))
+    try:
+        server = worker.engine.server.proc.pid  # type: ignore[attr-defined]
+        fronts = [p for p in child_pids(server) if process_name(p).startswith("VLLM::APIServer")]
+        result = loop.run(worker.run("two-fronts", TWO_PAGES))
+    finally:
+        loop.run(worker.close())
+    facts = result.engine
+    assert facts["api_server_count"] == 2 and facts["split_start"] is True
+    assert len(fronts) == 2  # the server process runs two API servers
+    assert [p.status for p in result.pages] != [] and all(p.tries for p in result.pages)
+
+
+def process_name(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
 
 
 def test_multi_page_job_records_tokens_finish_reasons_and_ladder(loop, vllm) -> None:
@@ -156,9 +189,6 @@ def through_a_fault_proxy(loop, worker, settings: Settings, out: Path, **values:
     finally:
         loop.run(remote.close())
         proxy.close()
-
-
-TWO_PAGES = {"pdf": {"base64": b64(samples.pdf_from_pages(samples.numbered_pages(2)))}}
 
 
 @pytest.mark.parametrize("fault", ["drop", "503", "cut"])

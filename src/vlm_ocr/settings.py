@@ -39,18 +39,59 @@ class EngineKind(StrEnum):
     RAPIDOCR = "rapidocr"
 
 
+class StartMode(StrEnum):
+    THROUGHPUT = "throughput"
+    FAST = "fast"
+
+
 DEFAULT_MODEL = "QuantTrio/Qwen3-VL-32B-Instruct-AWQ"
 # The range a page pixel budget may take, here and in a job's `max_pixels` / `max_side`.
 MIN_PIXELS = 65_536
 MAX_PIXELS_LIMIT = 16_000_000
 MIN_SIDE = 256
 MAX_SIDE_LIMIT = 8192
+# What vLLM (0.32, the image's) accepts for the flags these settings pin.
+KV_CACHE_DTYPES = (
+    "auto",
+    "float16",
+    "bfloat16",
+    "fp8",
+    "fp8_e4m3",
+    "fp8_e5m2",
+    "fp8_inc",
+    "fp8_ds_mla",
+    "nvfp4_ds_mla",
+    "turboquant_k8v4",
+    "turboquant_4bit_nc",
+    "turboquant_k3v4_nc",
+    "turboquant_3bit_nc",
+    "ultraquant_4bit",
+    "int4_per_token_head",
+    "int8_per_token_head",
+    "fp8_per_token_head",
+    "nvfp4",
+    "nvfp4_4over6",
+)
+GDN_PREFILL_BACKENDS = ("triton", "flashinfer", "cutedsl", "aiter_flydsl")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+_KEY_PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-/]{0,199}")
+
+
+def http_url(value: str | None, *, https: bool = False) -> str | None:
+    """An http(s) URL with a host, or ValueError saying what is accepted."""
+    if value is None:
+        return None
+    scheme = r"https" if https else r"https?"
+    if not re.fullmatch(scheme + r"://[^/\s?#]+(/\S*)?", value):
+        kind = "an https:// URL" if https else "an http:// or https:// URL"
+        raise ValueError(f"not a URL; accepted: {kind} with a host")
+    return value
 
 
 class Group(BaseModel):
     """One concern's settings. Frozen: the settings a component was given do not change."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 class JobSettings(Group):
@@ -372,7 +413,25 @@ class VllmSettings(Group):
         "a faster start).",
     )
     enforce_eager: bool = Field(
-        False, description="`--enforce-eager`: skip CUDA graphs (faster start, slower pages)."
+        False,
+        description="`--enforce-eager`: no torch.compile and no CUDA graphs at all (the shortest "
+        "start, the slowest pages).",
+    )
+    start_mode: StartMode = Field(
+        StartMode.THROUGHPUT,
+        description="`throughput`: torch.compile and CUDA graphs of every batch size up to "
+        "`MAX_NUM_SEQS` (the fastest pages); `fast`: no torch.compile (`--optimization-level 0`) "
+        "and CUDA graphs of whole decode steps at powers of two only, for bursty traffic that "
+        "pays a cold start often (the README's deploy section has both modes' figures).",
+    )
+    api_server_count: int = Field(
+        0,
+        ge=0,
+        le=64,
+        description="`--api-server-count`: vLLM's front-end processes, which decode and "
+        "preprocess the page images before the engine sees them; 0 = one per megapixel of the "
+        "model family's page budget, at most a quarter of the CPUs, at least one per replica "
+        "(said in the log and the engine facts).",
     )
     vllm_extra_args: str = Field("", description="Extra `vllm serve` flags, shell-quoted.")
     vllm_python: str = Field(

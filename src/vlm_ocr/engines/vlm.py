@@ -69,6 +69,10 @@ class ServerHandle(Protocol):
         """Make the server ready; returns facts about it for the engine facts."""
         ...
 
+    async def ready(self) -> dict[str, Any]:
+        """The engine served its warm-up page; returns facts of what that settled."""
+        ...
+
     async def gone_after_error(self) -> bool:
         """After a failed request: is the server gone for good?"""
         ...
@@ -246,6 +250,7 @@ class VlmEngine:
         details["warmup_finish_reason"] = answer.finish_reason
         details["warmup_prompt_tokens"] = answer.prompt_tokens
         details["thinking_checked"] = "the warm-up answer carried no reasoning"
+        server_facts |= await self.server.ready()
         if server_facts:
             self.facts.version = server_facts.pop("vllm_version", None) or "unknown"
             kernel = server_facts.get("gdn_prefill_kernel")

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..contract import JobResult, PageReport
+from ..errors import ConfigError
 from ..settings import Settings
 from . import evaluate, plan, show
 
@@ -173,9 +174,13 @@ def main(argv: list[str] | None = None) -> int:
     show.add_arguments(sub.add_parser("show", help="draw a page with the blocks found on it"))
 
     args = parser.parse_args(argv)
+    try:
+        settings = Settings.from_env(os.environ)
+    except ConfigError as exc:
+        print(f"vlm-ocr: the settings cannot work: {exc}", file=sys.stderr)
+        return 2
     if args.command == "plan":
-        return plan.plan_main(args)
-    settings = Settings.from_env(os.environ)
+        return plan.plan_main(args, settings)
     logging.basicConfig(
         level=settings.job.log_level, format="%(levelname)s %(name)s: %(message)s", force=True
     )

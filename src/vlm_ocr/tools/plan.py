@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -23,7 +24,7 @@ from typing import Any
 
 from ..engines.families import FAMILIES, detect
 from ..engines.families.qwen import smart_resize
-from ..settings import MIN_PIXELS, RenderSettings
+from ..settings import MIN_PIXELS, RenderSettings, Settings
 
 GB = 1e9
 DTYPE_BYTES = {
@@ -312,6 +313,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "replica (tensor parallel) that fits, on the first --gpu-memory size (default 141)",
     )
     p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--serve-line",
+        action="store_true",
+        help="print the exact `vllm serve` command line(s) the worker would run for this model "
+        "on a host of --gpus GPUs of --gpu-memory GB and --cpus CPUs, with the settings of the "
+        "environment (START_MODE, API_SERVER_COUNT, ...), to hold against its makers' line",
+    )
+    p.add_argument(
+        "--cpus", type=int, default=16, help="--serve-line: the host's CPUs (default 16)"
+    )
+    p.add_argument(
+        "--capability",
+        type=float,
+        default=9.0,
+        help="--serve-line: the GPUs' compute capability (default 9.0, Hopper)",
+    )
+    p.add_argument(
+        "--model",
+        help="--serve-line: the model the line serves (default: the config's `_name_or_path`, "
+        "its folder when the file is a model's own config.json, else MODEL_NAME)",
+    )
 
 
 A4_POINTS = (595, 842)
@@ -394,7 +416,50 @@ def choose(found: list[Layout]) -> Layout | None:
     return max(fitting, key=lambda x: x.pages_per_replica, default=None)
 
 
-def plan_main(args: argparse.Namespace) -> int:
+def model_of(args: argparse.Namespace, cfg: dict[str, Any], settings: Settings) -> str:
+    """The model a config describes: --model, its `_name_or_path`, the folder of a model's own
+    config.json, else the settings' MODEL_NAME."""
+    if args.model:
+        return str(args.model)
+    if cfg.get("_name_or_path"):
+        return str(cfg["_name_or_path"])
+    if args.config.name == "config.json":
+        return str(args.config.parent)
+    return settings.model.model_name
+
+
+def serve_lines(args: argparse.Namespace, settings: Settings) -> list[str]:
+    """The `vllm serve` line of each process the worker would start for this model on a host
+    of the given GPUs and CPUs (ports as the worker would pick them: here fixed)."""
+    from ..engines.gpu import Gpu, GpuFacts
+    from ..engines.vllm.argv import ServeSpec, launch_argvs
+
+    cfg = json.loads(args.config.read_text())
+    model = model_of(args, cfg, settings)
+    settings = settings.with_(model_name=model)
+    family = detect(
+        cfg,
+        model,
+        args.family or settings.model.model_family,
+        max_pixels=settings.render.max_pixels,
+    ).family
+    per_gpu = (args.gpu_memory or [141])[0]
+    gpu = Gpu(f"a GPU of {per_gpu:g} GB", round(per_gpu * GB / 2**20), args.capability)
+    spec = ServeSpec.resolve(settings, GpuFacts((gpu,) * (args.gpus or 1)), family, cpus=args.cpus)
+    argvs = launch_argvs(spec, port=8000, rpc_port=8100)
+    return [f"# {ROLES[role]}\n{shlex.join(argv)}" for role, argv in argvs.items()]
+
+
+ROLES = {
+    "server": "the API server(s): HTTP, and the page images decoded and preprocessed",
+    "engine": "the engine launcher, started at the same moment: the engine core of each replica",
+}
+
+
+def plan_main(args: argparse.Namespace, settings: Settings | None = None) -> int:
+    if args.serve_line:
+        print("\n".join(serve_lines(args, settings or Settings())))
+        return 0
     cfg = json.loads(args.config.read_text())
     family = detect(cfg, str(args.config), args.family, max_pixels=args.max_pixels).family
     budget = family.budget(args.max_pixels)

@@ -361,6 +361,7 @@ def print_report(
             end="",
         )
     print()
+    print_start(engine)
 
     def totals(p: dict[str, Any]) -> str:
         return (
@@ -404,6 +405,29 @@ def print_report(
     print_faults(fig)
     if gpu_price:
         print_cost(gpu_price, fig, direct or {})
+
+
+def print_start(engine: dict[str, Any]) -> None:
+    """The engine's start as vLLM's log took it apart, and what it started with."""
+    if phases := engine.get("cold_start"):
+        shown = {k: v for k, v in phases.items() if isinstance(v, int | float)}
+        print(
+            "cold start by vLLM's log: "
+            + ", ".join(f"{k} {v:g}" for k, v in shown.items())
+            + f"; compile cache {phases.get('compile_cache')}"
+            + (
+                f"; FlashInfer autotune {phases['flashinfer_autotune']}"
+                if "flashinfer_autotune" in phases
+                else ""
+            )
+        )
+    if "api_server_count" in engine:
+        caches = engine.get("caches", {})
+        print(
+            f"API servers: {engine['api_server_count']}, start mode: {engine.get('start_mode')}, "
+            f"caches: {caches.get('state')}"
+            + (f" ({caches['folder']})" if "folder" in caches else "")
+        )
 
 
 def print_faults(fig: dict[str, Any]) -> None:

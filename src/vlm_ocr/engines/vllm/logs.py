@@ -88,9 +88,11 @@ _COMPILE_CACHE = (
     ("hit", re.compile(r"Directly load the compiled graph|from the cache, took")),
     ("miss", re.compile(r"Compiling a graph for (?:dynamic shape|compile range)")),
 )
+# Whether FlashInfer tuned its kernels at start or read earlier results (vLLM names the cache
+# file either way, so that line alone says nothing).
 _FLASHINFER_AUTOTUNE = (
-    ("cached", re.compile(r"Using FlashInfer autotune cache file")),
-    ("tuned", re.compile(r"No FlashInfer autotune cache entries found|FlashInfer autotun")),
+    ("tuned at start", re.compile(r"No FlashInfer autotune cache entries found")),
+    ("read from the cache", re.compile(r"FlashInfer autotune cache loaded")),
 )
 # What takes time at start that vLLM does not time in its log.
 NOT_LOGGED = (

@@ -31,7 +31,7 @@ from ..engines.base import EngineOptions
 from ..engines.factory import make_engine
 from ..images import Budget, PageImage
 from ..pipeline.assemble import build_worker
-from ..pipeline.render import pdf_page_image
+from ..pipeline.render import render_pdf_page
 from ..settings import Settings
 
 STAGES = (
@@ -311,7 +311,16 @@ async def _direct(worker: Any, args: argparse.Namespace) -> dict[str, Any]:
     count = args.pages * args.jobs
     pdf = samples.pdf_from_pages(samples.numbered_pages(count, first=args.passes * count + 1))
     budget = engine.budget(worker.settings.render.max_pixels)
-    pages = [pdf_page_image(pdf, n, budget) for n in range(1, count + 1)]
+    with tempfile.NamedTemporaryFile(suffix=".pdf") as fh:  # rendered in the worker's processes
+        fh.write(pdf)
+        fh.flush()
+        timeout = worker.settings.render.render_timeout_s
+        pages = await asyncio.gather(
+            *(
+                worker.pool.run(render_pdf_page, fh.name, n, budget, timeout_s=timeout)
+                for n in range(1, count + 1)
+            )
+        )
     prompt = engine.prompt_for(None, None, None)
     gate = asyncio.Semaphore(worker.engine_slots)
     latencies: list[float] = []

@@ -14,7 +14,13 @@ import pytest
 
 from vlm_ocr.engines.gpu import GpuFacts
 from vlm_ocr.engines.vllm.argv import ServeSpec
-from vlm_ocr.engines.vllm.caches import CACHES, STALE_BUILD_S, VolumeCache, cache_key
+from vlm_ocr.engines.vllm.caches import (
+    CACHES,
+    COMPLETE,
+    STALE_BUILD_S,
+    VolumeCache,
+    cache_key,
+)
 from vlm_ocr.engines.vllm.logs import StartLog
 from vlm_ocr.settings import Settings
 
@@ -70,20 +76,33 @@ def test_every_cache_points_under_the_keys_folder(tmp_path: Path) -> None:
     env = cache.env(folder)
     assert set(CACHES) <= set(env) and env["TRITON_CACHE_AUTOTUNING"] == "1"
     assert all(Path(env[name]).parent == folder for name in CACHES)
-    assert folder.name.startswith(cache.key + ".building-")  # nothing published yet
+    # built in place (vLLM writes absolute paths into its index), not yet whole
+    assert folder == cache.published and not cache.whole
 
 
-def test_a_build_is_published_once_the_engine_is_warm_and_reused_after(tmp_path: Path) -> None:
+def test_a_build_is_marked_whole_once_the_engine_is_warm_and_reused_after(tmp_path: Path) -> None:
     root = tmp_path / "vllm-cache"
     first = VolumeCache(root, "k")
     built = first.prepare()
     (built / "vllm").mkdir()
     (built / "vllm" / "index.py").write_text("{}")
-    assert not first.published.exists()  # no reader sees a build in progress
-    assert first.publish() == "built and published"
-    assert (root / "k" / "vllm" / "index.py").read_text() == "{}"
+    assert not first.whole  # no reader takes a build in progress
+    assert first.publish() == "built and published" and first.whole
     second = VolumeCache(root, "k")
     assert second.prepare() == root / "k" and second.publish() == "reused"
+    second.discard()  # a reader's stop leaves the folder
+    assert (root / "k" / "vllm" / "index.py").read_text() == "{}"
+
+
+def test_a_start_beside_a_build_in_progress_builds_privately_and_cleans_up(tmp_path: Path) -> None:
+    root = tmp_path / "vllm-cache"
+    builder, beside = VolumeCache(root, "k"), VolumeCache(root, "k")
+    builder.prepare()
+    own = beside.prepare()
+    assert own.name.startswith("k.private-") and own != builder.published
+    assert beside.publish() == "built privately (another worker was building the same key)"
+    beside.discard()
+    assert not own.exists() and builder.publish() == "built and published"
 
 
 def test_a_failed_start_leaves_no_build_and_stale_builds_are_removed(tmp_path: Path) -> None:
@@ -91,8 +110,8 @@ def test_a_failed_start_leaves_no_build_and_stale_builds_are_removed(tmp_path: P
     failed = VolumeCache(root, "k")
     failed.prepare()
     failed.discard()
-    assert list(root.iterdir()) == []
-    stale = root / "k.building-dead"
+    assert list(root.iterdir()) == []  # the next start of the key may build it
+    stale = root / "dead-key"  # a worker died building it
     stale.mkdir()
     old = time.time() - STALE_BUILD_S - 60
     os.utime(stale, (old, old))
@@ -102,23 +121,24 @@ def test_a_failed_start_leaves_no_build_and_stale_builds_are_removed(tmp_path: P
 
 def build_and_publish(root: str, name: str, files: int, out: multiprocessing.Queue[str]) -> None:
     """A worker's start, as the caches see it: find or build the folder, write what a compile
-    writes (slowly, a file at a time), publish."""
+    writes (slowly, a file at a time), mark it whole, stop."""
     cache = VolumeCache(Path(root), "same-key")
     folder = cache.prepare()
-    if cache.building is not None:
+    if not cache.whole:
         for n in range(files):
             (folder / f"kernel-{n}").write_text(json.dumps({"by": name, "n": n}))
             time.sleep(0.002)
         (folder / "index.json").write_text(json.dumps({"by": name, "files": files}))
     out.put(cache.publish())
+    cache.discard()
 
 
 def read_while_others_build(root: str, until: float, out: multiprocessing.Queue[str]) -> None:
-    """A third worker starting meanwhile: whatever it finds published must be whole."""
+    """A third worker starting meanwhile: whatever it finds marked whole must be whole."""
     published = Path(root) / "same-key"
     seen = "nothing published"
     while time.time() < until:
-        if published.is_dir():
+        if (published / COMPLETE).is_file():
             index = json.loads((published / "index.json").read_text())
             kernels = sorted(published.glob("kernel-*"))
             by = {json.loads(k.read_text())["by"] for k in kernels}
@@ -143,10 +163,11 @@ def test_two_workers_starting_at_once_never_leave_a_broken_cache(tmp_path: Path)
     for b in builders:
         b.join(60)
     outcomes = sorted(out.get(timeout=10) for _ in builders)
-    assert outcomes == ["built and published", "built; another worker published the same key first"]
+    assert outcomes[0] == "built and published"
+    assert outcomes[1] in ("built privately (another worker was building the same key)", "reused")
     reader.join(60)
     assert reads.get(timeout=10) == "whole"
-    # one folder for the key, whole, and no build left behind
+    # one folder for the key, whole, and no private build left behind
     assert [p.name for p in Path(root).iterdir()] == ["same-key"]
     again: multiprocessing.Queue[str] = ctx.Queue()
     build_and_publish(root, "c", 200, again)
@@ -185,6 +206,7 @@ def test_the_cold_start_is_taken_apart_from_vllms_log() -> None:
         "profiling_s": 6.05,
         "cuda_graphs_s": 9.0,
         "engine_init_s": 61.03,
+        "engine_ready_at_s": 90.0,
         "api_server_ready_at_s": 100.0,
     }
     assert facts["compile_cache"] == "miss"

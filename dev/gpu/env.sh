@@ -18,7 +18,12 @@ engine_path=$A/site
 printf '#!/bin/sh\nPYTHONPATH=%s exec python3 "$@"\n' "$engine_path" > $A/vllm-python
 chmod +x $A/vllm-python
 mkdir -p /runpod-volume
+if [ -n "${CACHE_DIR:-}" ]; then  # every cache in one folder given by hand (as set, not keyed)
+  export VLLM_CACHE_ROOT=$CACHE_DIR/vllm TORCHINDUCTOR_CACHE_DIR=$CACHE_DIR/inductor \
+    TRITON_CACHE_DIR=$CACHE_DIR/triton FLASHINFER_WORKSPACE_BASE=$CACHE_DIR/flashinfer \
+    DG_JIT_CACHE_DIR=$CACHE_DIR/deep_gemm CUDA_CACHE_PATH=$CACHE_DIR/cuda TRITON_CACHE_AUTOTUNING=1
+fi
 export PYTHONPATH=$A/wsite:$PWD/src ENGINE=vllm VLLM_PYTHON=$A/vllm-python HF_HUB_OFFLINE=1 \
   VLLM_EXTRA_ARGS="${VLLM_EXTRA_ARGS:---load-format dummy}" VLLM_USE_FLASHINFER_SAMPLER=0 \
   AUTO_ROTATE=false PYTHONUNBUFFERED=1
-unset VLLM_CACHE_ROOT
+[ -n "${CACHE_DIR:-}" ] || unset VLLM_CACHE_ROOT

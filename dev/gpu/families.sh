@@ -26,9 +26,10 @@ esac
 [ -d "$dir" ] || python3 dev/gpu/make_dummy_model.py "$family" "$dir" > /dev/null
 out=${OUT:-/tmp}/$family-$phase.txt
 metrics=${OUT:-/tmp}/$family-$phase-metrics.txt
-export MODEL_NAME=$dir VLLM_PORT=8765 LOG_LEVEL=${LOG_LEVEL:-INFO}
+port=${PORT:-8765}
+export MODEL_NAME=$dir VLLM_PORT=$port LOG_LEVEL=${LOG_LEVEL:-INFO}
 bench=(python3 -m vlm_ocr bench --pages $((pages / 2)) --jobs 2 --output-tokens 800 --gpu-price 3.99)
-python3 dev/gpu/metrics.py 8765 10 > "$metrics" 2>&1 &
+python3 dev/gpu/metrics.py $port 10 > "$metrics" 2>&1 &
 sampler=$!
 
 case "$phase" in
@@ -54,16 +55,16 @@ case "$phase" in
     log=${OUT:-/tmp}/$family-makers-server.log
     t0=$(date +%s)
     HF_HUB_OFFLINE=1 setsid "$VLLM_PYTHON" -m vllm.entrypoints.cli.main serve "$dir" \
-      "${flags[@]}" --load-format dummy --host 127.0.0.1 --port 8765 > "$log" 2>&1 &
+      "${flags[@]}" --load-format dummy --host 127.0.0.1 --port $port > "$log" 2>&1 &
     server=$!
-    until python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:8765/health')" \
+    until python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$port/health')" \
         2> /dev/null; do
       if ! kill -0 $server 2> /dev/null; then echo "the makers' server exited" >> "$out"; break; fi
       [ $(( $(date +%s) - t0 )) -gt 420 ] && { echo "not healthy in 420 s" >> "$out"; break; }
       sleep 2
     done
     echo "makers' server healthy after $(( $(date +%s) - t0 )) s" >> "$out"
-    ENGINE=openai OPENAI_BASE_URL=http://127.0.0.1:8765 SERVED_MODEL_NAME=$name \
+    ENGINE=openai OPENAI_BASE_URL=http://127.0.0.1:$port SERVED_MODEL_NAME=$name \
       MODEL_FAMILY=$family MAX_NUM_SEQS=256 timeout 300 "${bench[@]}" >> "$out" 2>&1
     kill -- -$server 2> /dev/null; sleep 3; kill -9 -- -$server 2> /dev/null
     tail -40 "$log" >> "$out"

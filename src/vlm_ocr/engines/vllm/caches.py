@@ -16,12 +16,13 @@ GPUs, the vLLM version, the server's flags (ports aside) and vLLM's own `VLLM_*`
 different model, GPU, version or setting never reads another's entries.
 
 Workers share a volume and may start at once. vLLM rewrites its compile index in place (a reader
-can see half a file), so a folder is never written where another worker reads it: a start that
-finds its key's folder uses it as it is (every kernel its flags need is in it; what a run adds
-later, Triton and Inductor write atomically, entry by entry); a start that finds none builds a
-private `<key>.building-<id>` beside it and renames it into place once the engine has served its
-warm-up page. A rename is atomic, so a reader sees a whole folder or none; of two workers that
-built at once, the second finds the key taken and drops its own.
+can see half a file) and writes absolute paths into it (a folder cannot be built elsewhere and
+moved), so a folder is read only once it is whole: the first start of a key creates the key's
+folder (an atomic mkdir), builds in it and marks it complete (an atomic rename of the marker)
+once the engine has served its warm-up page. A start that finds the marker uses the folder as it
+is (what a run adds later, Triton and Inductor write atomically, entry by entry); one that finds
+the folder without it (another worker is building it) builds in a private folder of its own,
+removed when it stops. A folder left unmarked by a worker that died is removed a day later.
 """
 
 from __future__ import annotations
@@ -53,8 +54,10 @@ CACHES = {
 NOT_IN_KEY = {"VLLM_CACHE_ROOT", "VLLM_PORT", "VLLM_HOST_IP", "VLLM_LOGGING_LEVEL"}
 # The server's flags that differ from start to start without changing what is compiled.
 _PORT_FLAGS = ("--port", "--host", "--data-parallel-rpc-port", "--data-parallel-address")
-# A build older than this was left by a worker that died: it is removed.
+# A folder left unmarked this long was left by a worker that died: it is removed.
 STALE_BUILD_S = 24 * 3600
+# The marker of a whole folder.
+COMPLETE = ".complete"
 
 
 def cache_key(spec: ServeSpec, vllm_version: str, environ: Mapping[str, str]) -> str:
@@ -83,25 +86,35 @@ def cache_key(spec: ServeSpec, vllm_version: str, environ: Mapping[str, str]) ->
 
 @dataclass
 class VolumeCache:
-    """The caches of one start, under `root/<key>` (published) or a private build beside it."""
+    """The caches of one start: the key's folder (found whole, or built here), or a private
+    folder beside it while another worker builds the key's."""
 
     root: Path
     key: str
-    building: Path | None = None
+    building: Path | None = None  # the key's folder, being built by this start
+    private: Path | None = None  # this start's own, while another builds the key's
 
     @property
     def published(self) -> Path:
         return self.root / self.key
 
+    @property
+    def whole(self) -> bool:
+        return (self.published / COMPLETE).is_file()
+
     def prepare(self) -> Path:
-        """The folder this start's caches go to: the key's, when a worker published it;
-        else a new private build."""
+        """The folder this start's caches go to."""
         self.root.mkdir(parents=True, exist_ok=True)
         self._remove_stale_builds()
-        if self.published.is_dir():
+        if self.whole:
             return self.published
-        self.building = self.root / f"{self.key}.building-{uuid.uuid4().hex[:12]}"
-        self.building.mkdir()
+        try:
+            self.published.mkdir()  # the first start of this key builds it, in place
+        except FileExistsError:
+            self.private = self.root / f"{self.key}.private-{uuid.uuid4().hex[:12]}"
+            self.private.mkdir()
+            return self.private
+        self.building = self.published
         return self.building
 
     def env(self, folder: Path) -> dict[str, str]:
@@ -110,28 +123,31 @@ class VolumeCache:
         }
 
     def publish(self) -> str:
-        """After the engine served its warm-up page: put the build in place. Says what
-        became of the caches, for the engine facts."""
+        """After the engine served its warm-up page: mark the build whole. Says what became
+        of the caches, for the engine facts."""
+        if self.private is not None:
+            return "built privately (another worker was building the same key)"
         if self.building is None:
             return "reused"
-        try:
-            os.rename(self.building, self.published)
-        except OSError:  # another worker published this key first: theirs is as good
-            shutil.rmtree(self.building, ignore_errors=True)
-            return "built; another worker published the same key first"
-        finally:
-            self.building = None
+        marker = self.building / f"{COMPLETE}.{uuid.uuid4().hex[:8]}"
+        marker.write_text(json.dumps({"completed": time.time()}))
+        os.rename(marker, self.building / COMPLETE)
+        self.building = None
         return "built and published"
 
     def discard(self) -> None:
-        """The start failed: its build is not a cache anyone should read."""
-        if self.building is not None:
-            shutil.rmtree(self.building, ignore_errors=True)
-            self.building = None
+        """The worker stops: a private folder goes, and so does a build the engine never
+        finished (another start may build the key then)."""
+        for folder in (self.private, self.building):
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
+        self.private = self.building = None
 
     def _remove_stale_builds(self) -> None:
         now = time.time()
-        for old in self.root.glob("*.building-*"):
+        for old in self.root.iterdir():
+            if not old.is_dir() or (old / COMPLETE).is_file():
+                continue
             with contextlib.suppress(OSError):
                 if now - old.stat().st_mtime > STALE_BUILD_S:
                     shutil.rmtree(old, ignore_errors=True)

@@ -82,6 +82,7 @@ _STATED = {
 # Moments the log marks, timed here as the line arrives (seconds since the spawn).
 _MARKED = {
     "first_log_line_at_s": re.compile(r"\S"),
+    "engine_ready_at_s": re.compile(r"init engine \(profile, create kv cache, warmup model\)"),
     "api_server_ready_at_s": re.compile(r"Application startup complete|Starting vLLM API server"),
 }
 _COMPILE_CACHE = (
@@ -97,6 +98,7 @@ _FLASHINFER_AUTOTUNE = (
 # What takes time at start that vLLM does not time in its log.
 NOT_LOGGED = (
     "imports before the first log line",
+    "the API servers' own start between the engine's readiness and theirs",
     "Triton autotuning of the GDN layers (inside the profiling run)",
     "FlashInfer and DeepGEMM JIT warm-up (inside engine init)",
     "the multimodal processor's warm-up in the API server",
@@ -144,6 +146,7 @@ class StartLog:
             "profiling_s": "profiling run",
             "cuda_graphs_s": "CUDA graphs",
             "engine_init_s": "engine init",
+            "engine_ready_at_s": "engine ready at",
             "api_server_ready_at_s": "API server ready at",
         }
         parts = [f"{words[k]} {v:g} s" for k, v in self.phases.items() if k in words]

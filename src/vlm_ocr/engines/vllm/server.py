@@ -182,7 +182,9 @@ class VllmServer:
         self.cache = VolumeCache(volume / "vllm-cache", key)
         folder = await asyncio.to_thread(self.cache.prepare)
         self.cache_env = self.cache.env(folder)
-        state = "reused" if self.cache.building is None else "building"
+        state = (
+            "building" if self.cache.building else ("private" if self.cache.private else "reused")
+        )
         self.facts["caches"] = {"state": state, "folder": str(folder), "vllm": version}
 
     def _check_family(self) -> None:

@@ -243,6 +243,24 @@ def test_a_taken_port_is_refused(loop) -> None:
     assert server.proc is None  # nothing was spawned
 
 
+def test_an_earlier_servers_connections_in_time_wait_do_not_take_its_port() -> None:
+    import socket
+
+    from vlm_ocr.loopback import port_taken
+
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))
+        served, _ = listener.accept()
+        served.close()  # the server side closes first: its end waits in TIME_WAIT
+        client.close()
+        assert port_taken(port)  # still listening
+    assert not port_taken(port)  # gone; what lingers is only TIME_WAIT
+
+
 def test_nothing_runs_and_no_port_is_taken_before_start(monkeypatch) -> None:
     def no_probe() -> GpuFacts:
         raise AssertionError("the GPU was probed again")

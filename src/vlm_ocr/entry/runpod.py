@@ -26,8 +26,7 @@ import runpod
 
 from ..contract import JobResult, PageItem, final_item
 from ..errors import ConfigError
-from ..pipeline.assemble import build_worker
-from ..pipeline.worker import Worker
+from ..pipeline.worker import Worker, build_worker
 from ..settings import Settings
 from .runtime import Finished, WorkerLoop
 

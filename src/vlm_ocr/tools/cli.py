@@ -232,7 +232,7 @@ def job_for_file(path: Path, *, output_prefix: str | None = None, **options: Any
 
 
 async def _run(settings: Settings, args: argparse.Namespace) -> int:
-    from ..pipeline.assemble import start_worker
+    from ..pipeline.worker import start_worker
     from ..pipeline.render import is_image_file
 
     missing = [str(p) for p in args.files if not p.is_file()]

@@ -102,7 +102,7 @@ async def recognize_pages(
     """Run each page through the worker pipeline into `out/<id>/`; returns the engine facts."""
     from ..engines.base import EngineOptions
     from ..engines.factory import make_engine
-    from ..pipeline.assemble import build_worker
+    from ..pipeline.worker import build_worker
     from .cli import job_for_file
 
     engine = make_engine(settings, EngineOptions(detection_order=detection_order))

@@ -25,6 +25,7 @@ from typing import Any
 from ..pipeline.compare import agree
 from ..pipeline.textsim import similarity
 from ..settings import Settings
+from .run import job_for_file
 
 
 @dataclass
@@ -103,7 +104,6 @@ async def recognize_pages(
     from ..engines.base import EngineOptions
     from ..engines.factory import make_engine
     from ..pipeline.worker import build_worker
-    from .cli import job_for_file
 
     engine = make_engine(settings, EngineOptions(detection_order=detection_order))
     worker = build_worker(settings, engine, out_dir=out)

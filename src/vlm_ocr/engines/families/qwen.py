@@ -154,6 +154,5 @@ class Qwen35(QwenVl):
         {"Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration"}
     )
     name_hints = ("qwen3.5", "qwen3.6", "qwen3_5", "qwen3_6")
-    answer = f"{QwenVl.answer}; thinking off per request and at launch"
     min_vllm = "0.17.0"
     thinks = True

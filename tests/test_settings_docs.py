@@ -12,8 +12,8 @@ from vlm_ocr.tools.settings_docs import markdown_table, settings_table
 
 from .support import ROOT
 
-SETTINGS_DOC = ROOT / "README.md"
-FAMILIES_DOC = ROOT / "README.md"
+SETTINGS_DOC = ROOT / "docs" / "settings.md"
+FAMILIES_DOC = ROOT / "docs" / "models.md"
 
 
 def test_the_settings_table_is_what_the_declarations_give() -> None:

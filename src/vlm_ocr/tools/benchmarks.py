@@ -37,6 +37,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "path alike: like-for-like figures on dummy weights",
     )
     p.add_argument(
+        "--second-opinion",
+        action="store_true",
+        help="jobs ask for the CPU engine's second opinion on every page (its cost per page)",
+    )
+    p.add_argument(
+        "--direct",
+        action="store_true",
+        help="also send the same pages straight to the engine's server",
+    )
+    p.add_argument(
+        "--gpu-price",
+        type=float,
+        metavar="USD_PER_HOUR",
+        help="also print what a million pages cost at this GPU price per hour (all the "
+        "worker's GPUs together)",
+    )
+    _other_benchmarks(p)
+
+
+def _other_benchmarks(p: argparse.ArgumentParser) -> None:
+    """The benchmarks besides the pipeline's own: memory, fan-out, page structure, the soak."""
+    p.add_argument(
         "--memory",
         action="store_true",
         help="print the worker's peak memory for one page, 64 large images and a 2,000-page "
@@ -60,16 +82,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--pages scanned pages, default 24)",
     )
     p.add_argument(
-        "--second-opinion",
-        action="store_true",
-        help="jobs ask for the CPU engine's second opinion on every page (its cost per page)",
-    )
-    p.add_argument(
-        "--direct",
-        action="store_true",
-        help="also send the same pages straight to the engine's server",
-    )
-    p.add_argument(
         "--instant-engine",
         action="store_true",
         help="the soak: an OpenAI-compatible server on loopback that answers at once (ENGINE="
@@ -83,13 +95,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--slow-s", type=float, default=2.0, help="--instant-engine: how slow, s (default 2)"
-    )
-    p.add_argument(
-        "--gpu-price",
-        type=float,
-        metavar="USD_PER_HOUR",
-        help="also print what a million pages cost at this GPU price per hour (all the "
-        "worker's GPUs together)",
     )
 
 

@@ -7,10 +7,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..contract import PageReport
 from ..settings import Settings
+
+if TYPE_CHECKING:  # the client is imported when a submission runs, not with the command line
+    from ..client.submit import DocumentManifest, Options
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -48,27 +53,13 @@ async def submit_main(settings: Settings, args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from ..client.endpoint import EndpointError
-    from ..client.submit import Options, Submission, pdf_page_count
+    from ..client.submit import Submission, pdf_page_count
     from ..contract import format_ranges
     from ..errors import StorageError
 
     if not args.file.is_file():
         print(f"vlm-ocr submit: no such file: {args.file}", file=sys.stderr)
         return 2
-    options = Options(
-        args.endpoint,
-        pages_per_job=args.pages_per_job,
-        prefix=args.prefix,
-        retries=args.retries,
-        resume=args.resume,
-        out=args.out,
-        job_options={
-            k: v
-            for k, v in (("prompt", args.prompt), ("headers_footers", args.headers_footers))
-            if v
-        }
-        or None,
-    )
     try:
         total = pdf_page_count(args.file)
         bar = tqdm(total=total, unit="page", desc=args.file.name)
@@ -80,7 +71,7 @@ async def submit_main(settings: Settings, args: argparse.Namespace) -> int:
                 bar.update(1)
 
         submission = Submission(
-            args.file, settings.bucket, settings.client, options, on_page=on_page
+            args.file, settings.bucket, settings.client, options_of(args), on_page=on_page
         )
     except ValueError as exc:
         print(f"vlm-ocr submit: {exc}", file=sys.stderr)
@@ -105,10 +96,31 @@ async def submit_main(settings: Settings, args: argparse.Namespace) -> int:
         print(f"vlm-ocr submit: {exc}", file=sys.stderr)
         return 1
     bar.close()
+    print_outcome(args.file, manifest, submission.store.uri)
+    return 0 if manifest.complete else 1
+
+
+def options_of(args: argparse.Namespace) -> Options:
+    from ..client.submit import Options
+
+    job_options = {
+        k: v for k, v in (("prompt", args.prompt), ("headers_footers", args.headers_footers)) if v
+    }
+    return Options(
+        args.endpoint,
+        pages_per_job=args.pages_per_job,
+        prefix=args.prefix,
+        retries=args.retries,
+        resume=args.resume,
+        out=args.out,
+        job_options=job_options or None,
+    )
+
+
+def print_outcome(path: Path, manifest: DocumentManifest, uri: Callable[[str], str]) -> None:
     t = manifest.totals
-    uri = submission.store.uri
     print(
-        f"{args.file}: {t.pages} pages in {t.jobs} jobs ({t.submissions} submissions): "
+        f"{path}: {t.pages} pages in {t.jobs} jobs ({t.submissions} submissions): "
         f"{t.ok} ok, {t.blank} blank, {t.failed} failed, {t.reused} reused; "
         f"{manifest.wall_s:.1f} s"
     )
@@ -120,4 +132,3 @@ async def submit_main(settings: Settings, args: argparse.Namespace) -> int:
     for part in manifest.parts:
         if part.status != "ok":
             print(f"  pages {part.pages}: {part.status}: {part.error}")
-    return 0 if manifest.complete else 1

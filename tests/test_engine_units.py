@@ -40,7 +40,7 @@ def spec(gpu: GpuFacts = H100, **values: object) -> ServeSpec:
     return ServeSpec.resolve(Settings(**values), gpu, cpus=16)
 
 
-# What the image runs for the default model on one 80 GB GPU (README "Engine" shows it).
+# What the image runs for the default model on one 80 GB GPU (docs/models.md shows it).
 PRODUCTION_ARGV = [
     "python3",
     "-m",

@@ -12,8 +12,7 @@ from hypothesis import strategies as st
 
 from vlm_ocr.errors import ConfigError
 from vlm_ocr.images import Budget
-from vlm_ocr.pipeline.assemble import build_worker
-from vlm_ocr.pipeline.worker import warmup_page
+from vlm_ocr.pipeline.worker import build_worker, warmup_page
 from vlm_ocr.settings import Settings, declared_fields, env_name
 
 NAMES = [name for name, _ in declared_fields()]

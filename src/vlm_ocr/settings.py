@@ -4,8 +4,10 @@ Each field of a group is one environment variable of the same name, upper-cased:
 `MAX_PIXELS`. A component takes the group it reads (`settings.fetch`, `settings.vllm`, ...), so
 its signature says what it depends on. `Settings.from_env(os.environ)` is the only place the
 process environment is read (the entry points call it); `Settings(**values)` reads nothing, so a
-test's settings are exactly what it names. The README table and `.runpod/hub.json` are generated
-from these declarations (`tools/settings_docs.py`) and checked against them by the test suite.
+test's settings are exactly what it names. The settings table of `docs/settings.md` and
+`.runpod/hub.json` are generated from these declarations (`tools/settings_docs.py`, which adds
+each model family's own value where a setting's default is the family's) and checked against
+them by the test suite.
 """
 
 from __future__ import annotations
@@ -281,8 +283,8 @@ class ModelSettings(Group):
     )
     model_family: str | None = Field(
         None,
-        description="The model's family: `qwen-vl`, `qwen3.5`, `olmocr`, `chandra`, `dots-ocr` or "
-        "`lighton-ocr`; unset: told from the model's config.json (`architectures`) and its name.",
+        description="The model's family; unset: told from the model's config.json "
+        "(`architectures`) and its name.",
     )
     hf_home: str | None = Field(
         None,
@@ -324,16 +326,14 @@ class VlmSettings(Group):
         0,
         ge=0,
         le=1_048_576,
-        description="Output token cap per page request; 0 = the model family's own (4096 for "
-        "Qwen chat VLMs, 8000 olmOCR, 12384 Chandra, 16384 dots.ocr, 4096 LightOnOCR).",
+        description="Output token cap per page request; 0 = the model family's own.",
     )
     max_attempts: int = Field(
         0,
         ge=0,
         le=20,
         description="Attempts per page while its answer stops by length or repetition or is not "
-        "in the family's format; 0 = the family's own ladder (4 for Qwen chat VLMs, 8 olmOCR, 7 "
-        "Chandra, 4 dots.ocr and LightOnOCR).",
+        "in the family's format; 0 = the model family's own ladder.",
     )
     request_timeout_s: float = Field(
         600.0,
@@ -374,8 +374,7 @@ class VllmSettings(Group):
         0,
         ge=0,
         le=1_048_576,
-        description="`--max-model-len` (prompt + output tokens); 0 = the model family's own "
-        "(8192 for Qwen chat VLMs, 16384 olmOCR and LightOnOCR, 18000 Chandra, 24576 dots.ocr).",
+        description="`--max-model-len` (prompt + output tokens); 0 = the model family's own.",
     )
     max_num_seqs: int = Field(
         0,
@@ -422,7 +421,7 @@ class VllmSettings(Group):
         description="`throughput`: torch.compile and CUDA graphs of every batch size up to "
         "`MAX_NUM_SEQS` (the fastest pages); `fast`: no torch.compile (`--optimization-level 0`) "
         "and CUDA graphs of whole decode steps at powers of two only, for bursty traffic that "
-        "pays a cold start often (the README's deploy section has both modes' figures).",
+        "pays a cold start often (docs/deploying.md has both modes' figures).",
     )
     api_server_count: int = Field(
         0,

@@ -20,7 +20,7 @@ from ..errors import EngineError
 from ..images import Budget, PageImage
 from ..prompts import Prompt, resolve
 from .base import EngineFacts, Recognition
-from .families.base import Reading
+from .reading import Reading
 from .reading_order import Line, paragraphs, to_text
 
 log = logging.getLogger(__name__)
@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 class RapidOcrEngine:
     default_concurrency = 1  # onnxruntime already uses every core for one page
     replicas = 1
+    family = None  # it finds its own blocks: the engine's name says who did
 
     def __init__(self, *, detection_order: bool = False, default_prompt: str = "markdown") -> None:
         """`detection_order` joins lines as the detector returns them: the baseline `vlm-ocr

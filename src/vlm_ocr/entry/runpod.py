@@ -2,7 +2,7 @@
 
 Cold start: parse settings, start the engine and warm it with a real rendered page, then hand
 jobs to the worker. One worker takes up to MAX_CONCURRENT_JOBS jobs at once; their pages share
-the engine. See README.md for the job input and result.
+the engine. See docs/job.md for the job input and result.
 
 On RunPod (and under the SDK's local API server) the handler streams: each page's outcome is
 yielded the moment it is stored (`PageItem`), and the last item is the whole job result
@@ -26,8 +26,7 @@ import runpod
 
 from ..contract import JobResult, PageItem, final_item
 from ..errors import ConfigError
-from ..pipeline.assemble import build_worker
-from ..pipeline.worker import Worker
+from ..pipeline.worker import Worker, build_worker
 from ..settings import Settings
 from .runtime import Finished, WorkerLoop
 

@@ -51,6 +51,7 @@ class FakeEngine:
                 name=name, version="1", uses_prompt=uses_prompt, json_output=json_output
             )
         )
+        self.family = wraps.family if wraps is not None else None
         self.default_concurrency = concurrency
         self.replicas = 1
         self.failure: str | None = None

@@ -30,8 +30,8 @@ from ..contract import JobResult, PageItem, PageReport
 from ..engines.base import EngineOptions
 from ..engines.factory import make_engine
 from ..images import Budget, PageImage
-from ..pipeline.assemble import build_worker
 from ..pipeline.render import render_pdf_page
+from ..pipeline.worker import build_worker
 from ..settings import Settings
 
 STAGES = (

@@ -4,8 +4,9 @@ All the arithmetic is shown, so a user can check it by hand:
 
     weights        = safetensors bytes of the checkpoint, else parameters × bytes/parameter
     KV bytes/token = 2 (K and V) × full-attention layers × KV heads × head dim × bytes/element
-    image tokens   = (W′ × H′) / patch², each side rounded to a multiple of the patch (32 for
-                     Qwen3-VL and Qwen3.5, 28 for Qwen2-VL and Qwen2.5-VL), within the budget
+    image tokens   = (W′ × H′) / patch², each side rounded to a multiple of the patch (the
+                     family's `patch`: 32 for Qwen3-VL and Qwen3.5, 28 for Qwen2-VL and
+                     Qwen2.5-VL), within the budget
     page tokens    = image tokens + prompt tokens + output token cap
     KV budget      = GPU memory × utilization − weights − activation reserve
     pages at once  = KV budget / (page tokens × KV bytes/token + recurrent state per sequence)
@@ -48,13 +49,6 @@ QUANT_BYTES = {
 }
 PROMPT_TOKENS = 150  # chat template + preset text; the legal preset is about 250 Chinese tokens
 ACTIVATION_RESERVE_GB = 4.0  # vLLM's profiling peak for activations, CUDA graphs and the encoder
-
-
-def patch_for(model_type: str) -> int:
-    """Pixels per image token along a side: patch size × spatial merge."""
-    if model_type.startswith(("qwen2_vl", "qwen2_5_vl", "dots_ocr", "mistral3")):
-        return 28  # patch 14, merged 2×2 (dots.ocr; LightOnOCR's Pixtral)
-    return 32  # qwen3_vl, qwen3_5 (and their MoE variants)
 
 
 def image_tokens(
@@ -208,7 +202,9 @@ def plan(
     gpu_memory_utilization: float,
     tensor_parallel_size: int,
     prompt_tokens: int = PROMPT_TOKENS,
+    patch: int = 32,
 ) -> Plan:
+    """`patch`: pixels per image token along a side, the model family's (`Family.patch`)."""
     shape = read_shape(cfg)
     kv_elem = DTYPE_BYTES[kv_cache_dtype]
     kv_per_token = 2 * shape.full_attention_layers * shape.kv_heads * shape.head_dim * kv_elem
@@ -228,7 +224,7 @@ def plan(
     else:
         raise ValueError("cannot size the weights: no safetensors files and no shapes in config")
     w, h = page_size
-    img = image_tokens(w, h, max_pixels=max_pixels, patch=patch_for(shape.model_type))
+    img = image_tokens(w, h, max_pixels=max_pixels, patch=patch)
     page = min(img + prompt_tokens + max_tokens, max_model_len)
     per_gpu_weights = weights / tensor_parallel_size
     usable = gpu_memory_gb * gpu_memory_utilization
@@ -241,8 +237,7 @@ def plan(
         f"KV bytes/token: 2 × {shape.full_attention_layers} attention layers"
         f" × {shape.kv_heads} KV heads × {shape.head_dim} head dim"
         f" × {kv_elem} B ({kv_cache_dtype}) = {kv_per_token:,}",
-        f"image tokens: {w}×{h} within {max_pixels:,} px, "
-        f"{patch_for(shape.model_type)}×{patch_for(shape.model_type)} px per token = {img:,}",
+        f"image tokens: {w}×{h} within {max_pixels:,} px, {patch}×{patch} px per token = {img:,}",
         f"page tokens: {img:,} image + {prompt_tokens} prompt + {max_tokens:,} output cap"
         f" = {img + prompt_tokens + max_tokens:,}"
         + (
@@ -484,6 +479,7 @@ def plan_main(args: argparse.Namespace, settings: Settings | None = None) -> int
             tensor_parallel_size=tensor_parallel_size,
             # the chat template and the family's own prompt (about 3 characters a token)
             prompt_tokens=30 + len(prompt) // 3 if family.prompt else PROMPT_TOKENS,
+            patch=family.patch,
         )
 
     plans = [one(g, args.tensor_parallel_size) for g in sizes]

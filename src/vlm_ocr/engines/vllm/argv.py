@@ -22,7 +22,7 @@ from ..gpu import GpuFacts
 # `MAX_NUM_SEQS=0`: sequences by the memory the engine has (GiB, all its GPUs). On an H200 the 32B
 # AWQ model ran 3.0 pages/s at 256, 2.5-2.75 at 192 and 2.4 at 320 (its decoding slowed); below
 # that, about what the KV cache beside the 32B AWQ weights holds for pages that end well before
-# `MAX_TOKENS` (README, "Choose a GPU").
+# `MAX_TOKENS` (docs/deploying.md, "Choose a GPU").
 MAX_NUM_SEQS_BY_MEMORY = ((120.0, 256), (70.0, 192), (40.0, 64), (0.0, 32))
 # No GPU here to read: the server runs elsewhere (`openai`) or on a CPU build of vLLM.
 MAX_NUM_SEQS_UNKNOWN_GPU = 192

@@ -75,7 +75,9 @@ class Worker:
             layout=Layout(self.rendering, blocks_source(engine)),
             store=StoreText(store),
             second_opinion=SecondOpinion(
-                self.cpu_models, min_agreement=settings.cpu_models.second_opinion_min_agreement
+                self.cpu_models,
+                store,
+                min_agreement=settings.cpu_models.second_opinion_min_agreement,
             ),
             rendered_slots=asyncio.Semaphore(self.rendered_slots),
         )

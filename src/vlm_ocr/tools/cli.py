@@ -6,6 +6,7 @@ vlm-ocr eval PAGES.jsonl          accuracy against ground truth (or --compare A 
 vlm-ocr plan CONFIG.json          GPU memory, and the pages that fit in the KV cache
 vlm-ocr submit FILE.pdf --endpoint ID   a large PDF spread over an endpoint's workers
 vlm-ocr show PREFIX --page N      a page drawn with the blocks found on it
+vlm-ocr review RESULTS -o FILE    one HTML page to review a job's pages on
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 
 from ..contract import JobResult, PageReport
 from ..settings import Settings
-from . import evaluate, plan, show
+from . import evaluate, plan, review, show
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -149,6 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     show.add_arguments(sub.add_parser("show", help="draw a page with the blocks found on it"))
+    review.add_arguments(
+        sub.add_parser("review", help="write one HTML page to review a job's pages on")
+    )
 
     args = parser.parse_args(argv)
     if args.command == "plan":
@@ -165,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(_submit(settings, args))
     if args.command == "show":
         return show.run(settings, args)
+    if args.command == "review":
+        return review.run(settings, args)
     if args.command == "bench" and args.memory:
         from .bench import memory_main, render_overhead
 

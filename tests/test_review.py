@@ -5,6 +5,8 @@ click, the readings' differing words marked, and nothing a model wrote able to r
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 import re
 import subprocess
@@ -17,6 +19,7 @@ from pathlib import Path
 
 import pymupdf
 import pytest
+from PIL import Image
 
 from vlm_ocr import samples
 from vlm_ocr.contract import format_ranges
@@ -30,7 +33,7 @@ from vlm_ocr.testing.loopback_s3 import LoopbackS3, s3_client
 from vlm_ocr.tools.review.words import marked
 from vlm_ocr.tools.show import COLOURS
 
-from .support import b64, make_settings, new_worker, run_job
+from .support import b64, make_settings, new_worker, page_image, png_bytes, run_job
 from .support.browser import Browser
 
 NOTICE = [
@@ -286,6 +289,31 @@ def test_a_large_job_is_cut_to_the_size_asked_for_saying_what_is_left_out(job: J
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "no page pictures: the worker does not keep a job's input sent as base64" in proc.stdout
     assert "<img" not in out.read_text(encoding="utf-8")
+
+
+def test_an_images_job_finds_each_picture_by_the_name_the_job_gave_it(tmp_path: Path, run) -> None:
+    folder = tmp_path / "scans"
+    folder.mkdir()
+    wide = page_image(["A page scanned sideways."]).resize((1000, 700))
+    tall = page_image(["A page scanned upright."])
+    (folder / "b-wide.png").write_bytes(png_bytes(wide))
+    (folder / "a-tall.png").write_bytes(png_bytes(tall))
+    images = [
+        {"base64": b64(png_bytes(i)), "name": n}
+        for i, n in ((wide, "b-wide.png"), (tall, "a-tall.png"))
+    ]
+    result = run({"images": images, "output_prefix": "scans"})
+    assert result.status == "ok", result.error
+    proc = review("out/scans", "--images", str(folder), "-o", "scans.html", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"page pictures from the images in {folder}" in proc.stdout
+    html = (tmp_path / "scans.html").read_text(encoding="utf-8")
+    for number, (width, height) in ((1, wide.size), (2, tall.size)):
+        article = html[html.index(f'id="page-{number}"') :]
+        data = re.search(r'src="data:image/jpeg;base64,([^"]+)"', article)
+        assert data is not None
+        with Image.open(io.BytesIO(base64.b64decode(data.group(1)))) as picture:
+            assert abs(picture.width / picture.height - width / height) < 0.02, number
 
 
 @pytest.fixture(scope="module")

@@ -282,11 +282,15 @@ def test_second_opinion_reads_beside_the_engine_and_flags_a_difference(loop) -> 
         stage.cancel(page)
 
     models = Models(reading="第13條 租金每月一日支付。")
-    stage = SecondOpinion(models, min_agreement=0.8)  # type: ignore[arg-type]
+    store = MemoryStore()
+    stage = SecondOpinion(models, store, min_agreement=0.8)  # type: ignore[arg-type]
     asked = work(rendered(), second_opinion=True)
     loop.run(judged(asked, stage))
     assert asked.opinion is not None and asked.opinion.review
     assert any("第13條" in d for d in asked.opinion.differences)
+    # the CPU engine's reading is kept beside the page, for a person to compare
+    assert asked.opinion.key is not None
+    assert store.objects[asked.opinion.key].decode() == "第13條 租金每月一日支付。"
     not_asked = work(rendered())
     loop.run(judged(not_asked, stage))
     assert not_asked.opinion is None and models.asked == ["read"]
@@ -298,7 +302,8 @@ def test_second_opinion_without_a_reading_says_why(loop) -> None:
         page.recognition = Recognition("the text")
         await stage.judge(page)
 
-    stage = SecondOpinion(Models(reading=TimeoutError("ran over")), min_agreement=0.8)  # type: ignore[arg-type]
+    no_reading = Models(reading=TimeoutError("ran over"))
+    stage = SecondOpinion(no_reading, MemoryStore(), min_agreement=0.8)  # type: ignore[arg-type]
     page = work(rendered(), second_opinion=True)
     loop.run(judged(page, stage))
     assert page.opinion is not None and page.opinion.review and page.opinion.agreement is None

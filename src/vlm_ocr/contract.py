@@ -298,6 +298,11 @@ class PageReport(BaseModel):
     differences: list[str] | None = Field(
         None, description="Second opinion: the critical tokens that differ (engine ≠ CPU)."
     )
+    second_key: str | None = Field(
+        None,
+        description="Second opinion: where the CPU engine's reading is stored "
+        "(page-NNNN.second.txt), to set beside the page's text.",
+    )
     text: str | None = None
 
     @property

@@ -144,7 +144,9 @@ def page_sequence(
         recognize=Recognize(engine, asyncio.Semaphore(engine_slots), rendering),
         layout=Layout(rendering, blocks_source(engine)),
         store=StoreText(store),
-        second_opinion=SecondOpinion(cpu_models, min_agreement=models.second_opinion_min_agreement),
+        second_opinion=SecondOpinion(
+            cpu_models, store, min_agreement=models.second_opinion_min_agreement
+        ),
         rendered_slots=asyncio.Semaphore(rendered_slots),
     )
 

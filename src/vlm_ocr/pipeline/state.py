@@ -108,6 +108,8 @@ class Opinion:
     agreement: float | None
     review: bool
     differences: list[str]
+    #: where the CPU engine's reading is stored, once written
+    key: str | None = None
 
 
 @dataclass
@@ -205,4 +207,5 @@ class PageWork:
             agreement=opinion.agreement if opinion else None,
             review=opinion.review if opinion else None,
             differences=opinion.differences if opinion else None,
+            second_key=opinion.key if opinion else None,
         )

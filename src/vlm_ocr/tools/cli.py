@@ -6,6 +6,7 @@ vlm-ocr eval PAGES.jsonl          accuracy against ground truth (or --compare A 
 vlm-ocr plan CONFIG.json          GPU memory, and the pages that fit in the KV cache
 vlm-ocr submit FILE.pdf --endpoint ID   a large PDF spread over an endpoint's workers
 vlm-ocr show PREFIX --page N      a page drawn with the blocks found on it
+vlm-ocr review RESULTS -o FILE    one HTML page to review a job's pages on
 
 Each command is a module of this package with its own `add_arguments`.
 """
@@ -20,7 +21,7 @@ import sys
 
 from ..errors import ConfigError
 from ..settings import Settings
-from . import benchmarks, evaluate, plan, run, show, submit
+from . import benchmarks, evaluate, plan, review, run, show, submit
 
 
 def parser() -> argparse.ArgumentParser:
@@ -44,6 +45,9 @@ def parser() -> argparse.ArgumentParser:
         )
     )
     show.add_arguments(sub.add_parser("show", help="draw a page with the blocks found on it"))
+    review.add_arguments(
+        sub.add_parser("review", help="write one HTML page to review a job's pages on")
+    )
     return p
 
 
@@ -67,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(submit.submit_main(settings, args))
     if args.command == "show":
         return show.run(settings, args)
+    if args.command == "review":
+        return review.run(settings, args)
     return benchmarks.bench_command(settings, args)
 
 

@@ -124,13 +124,15 @@ def test_a_slow_page_is_not_sent_again(loop, tmp_path: Path, cpu_pool, proxy) ->
 def test_the_soak_loses_no_page_and_says_what_the_engine_did(capsys) -> None:
     """`vlm-ocr bench --instant-engine`, small: every lost request is sent again."""
     argv = ["bench", "--instant-engine", "--faults", "0.1", "--slow", "0.02", "--slow-s", "0.2"]
-    assert cli.main([*argv, "--pages", "20", "--jobs", "3"]) == 0
+    assert cli.main([*argv, "--pages", "10", "--jobs", "3", "--passes", "2"]) == 0
     out = capsys.readouterr().out
-    assert "pages: 60  failed: 0" in out
+    assert "pass 1: pages: 30  failed: 0" in out and "pass 2: pages: 30  failed: 0" in out
     sent_again = int(re.search(r"transport: (\d+) requests sent again", out).group(1))  # type: ignore[union-attr]
     lost = int(re.search(r"([\d,]+) lost on the way", out).group(1))  # type: ignore[union-attr]
     assert 0 < sent_again <= lost  # the warm-up page's lost requests are not a job's
-    assert re.search(r"worker memory: peak \d+ MB after the first 12 pages", out)
+    assert re.search(
+        r"worker memory: peak \d+ MB after pass 1 \(30 pages\), \d+ MB after pass 2", out
+    )
 
 
 def test_failed_pages_are_counted_by_reason() -> None:

@@ -39,7 +39,8 @@ def open_files() -> tuple[int, int, int | None]:
         if not pid.isdigit():
             continue
         try:
-            if b"vllm" not in Path(f"/proc/{pid}/cmdline").read_bytes():
+            # vLLM's API servers and engine cores rename themselves (VLLM::APIServer_0, ...)
+            if b"vllm" not in Path(f"/proc/{pid}/cmdline").read_bytes().lower():
                 continue
             files += len(os.listdir(f"/proc/{pid}/fd"))
             soft = re.search(r"Max open files\s+(\d+)", Path(f"/proc/{pid}/limits").read_text())

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import samples
-from ..contract import JobResult, PageItem, PageReport
+from ..contract import JobResult, PageReport
 from ..engines.base import EngineOptions
 from ..engines.factory import make_engine
 from ..images import Budget, PageImage
@@ -221,10 +221,8 @@ async def run_bench(
     # user's job brings is not the worker's time.
     bench_jobs = [job(j) for j in range(jobs)]
 
-    memory = MemoryWatch(jobs * pages)
-
     async def one(j: int) -> JobResult:
-        return await worker.run(f"bench-{j}", bench_jobs[j], memory.page)
+        return await worker.run(f"bench-{j}", bench_jobs[j])
 
     cpu0, pool0 = time.process_time(), cpu_seconds(worker.pool.pids())
     models0 = cpu_seconds(worker.cpu_models.pool.pids())
@@ -253,7 +251,9 @@ async def run_bench(
         + Counter(f"job: {r.error}" for r in results if not r.pages),
         "sent_again": sum(resent(p) for p in page_reports),
         "pages_sent_again": sum(resent(p) > 0 for p in page_reports),
-        "memory": memory.figures(),
+        # after every job's last step (the whole-document pass too): passes that stay level
+        # keep nothing of the pages they read
+        "peak_mb": peak_mb(),
         "timeline": timeline.figures(end),
         "stages": {
             s: {"p50": percentile(v, 50), "p95": percentile(v, 95), "mean": statistics.fmean(v)}
@@ -279,26 +279,6 @@ def resent(page: PageReport) -> int:
 
 def peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-class MemoryWatch:
-    """The worker process's peak memory after the first fifth of a pass's pages (its first
-    1,000 at most) and at its end: a worker that keeps something of every page grows between
-    the two, one that does not stays flat."""
-
-    def __init__(self, total: int) -> None:
-        self.early = max(1, min(1000, total // 5))
-        self.done = 0
-        self.early_mb: float | None = None
-
-    def page(self, item: PageItem) -> None:
-        self.done += 1
-        if self.done == self.early:
-            self.early_mb = peak_mb()
-
-    def figures(self) -> dict[str, float]:
-        end = peak_mb()
-        return {"early_pages": self.early, "early_peak_mb": self.early_mb or end, "peak_mb": end}
 
 
 async def _direct(worker: Any, args: argparse.Namespace) -> dict[str, Any]:
@@ -440,19 +420,24 @@ def print_start(engine: dict[str, Any]) -> None:
 
 
 def print_faults(fig: dict[str, Any]) -> None:
-    """Failed pages by reason, requests sent again, memory, and what the soak's engine did."""
-    for reason, count in fig["failures"].most_common():
+    """Failed pages by reason and requests sent again (every pass together), the memory after
+    each pass, and what the soak's engine did."""
+    passes = [*fig.get("earlier_passes", []), fig]
+    for reason, count in sum((p["failures"] for p in passes), Counter()).most_common():
         print(f"failed: {count} × {reason}")
     print(
-        f"transport: {fig['sent_again']} requests sent again after a transport failure, on "
-        f"{fig['pages_sent_again']} pages"
+        f"transport: {sum(p['sent_again'] for p in passes)} requests sent again after a "
+        f"transport failure, on {sum(p['pages_sent_again'] for p in passes)} pages"
     )
-    m = fig["memory"]
-    growth = 100 * (m["peak_mb"] / m["early_peak_mb"] - 1)
-    print(
-        f"worker memory: peak {m['early_peak_mb']:.0f} MB after the first {m['early_pages']:,} "
-        f"pages, {m['peak_mb']:.0f} MB after all {fig['pages']:,} ({growth:+.1f} %)"
-    )
+    first, last = passes[0]["peak_mb"], passes[-1]["peak_mb"]
+    if len(passes) == 1:
+        print(f"worker memory: peak {first:.0f} MB")
+    else:
+        print(
+            f"worker memory: peak {first:.0f} MB after pass 1 ({passes[0]['pages']:,} pages), "
+            f"{last:.0f} MB after pass {len(passes)} ({sum(p['pages'] for p in passes):,} pages "
+            f"in all): {100 * (last / first - 1):+.1f} %"
+        )
     if stats := fig.get("instant_engine"):
         lost = {k.removeprefix("fault "): v for k, v in sorted(stats.items()) if "fault" in k}
         print(

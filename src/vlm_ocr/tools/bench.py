@@ -29,6 +29,7 @@ from .. import samples
 from ..contract import JobResult, PageReport
 from ..engines.base import EngineOptions
 from ..engines.factory import make_engine
+from ..errors import EngineError
 from ..images import Budget, PageImage
 from ..pipeline.render import render_pdf_page
 from ..pipeline.worker import build_worker
@@ -106,7 +107,10 @@ async def bench_main(settings: Settings, args: argparse.Namespace) -> int:
             ]
             figures = passes[-1] | {"earlier_passes": passes[:-1]}
             if args.direct:
-                figures["direct"] = await _direct(worker, args)
+                try:
+                    figures["direct"] = await _direct(worker, args)
+                except EngineError as exc:  # the engine died: the passes' figures still count
+                    figures["direct"] = {"skipped": f"the engine failed: {exc}"}
         finally:
             await worker.close()
         if soak is not None:

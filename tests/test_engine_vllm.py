@@ -79,7 +79,15 @@ def test_cold_start_records_engine_facts(vllm) -> None:
 def test_two_api_servers_share_the_image_preprocessing_with_a_split_start(
     loop, tiny_model: Path, tmp_path: Path
 ) -> None:
-    settings = settings_from(engine_env(tiny_model), output_dir=tmp_path, api_server_count=2)
+    # and START_MODE=fast's flags, which vLLM 0.32 (the image's) takes: no torch.compile,
+    # decode steps as CUDA graphs (the CPU build captures none)
+    settings = settings_from(
+        engine_env(tiny_model),
+        output_dir=tmp_path,
+        api_server_count=2,
+        start_mode="fast",
+        enforce_eager=False,
+    )
     with pytest.MonkeyPatch.context() as env:
         for key, value in SERVER_ENV.items():
             env.setenv(key, value)
@@ -92,6 +100,7 @@ def test_two_api_servers_share_the_image_preprocessing_with_a_split_start(
         loop.run(worker.close())
     facts = result.engine
     assert facts["api_server_count"] == 2 and facts["split_start"] is True
+    assert facts["start_mode"] == "fast" and "--optimization-level" in facts["argv"]
     assert len(fronts) == 2  # the server process runs two API servers
     assert [p.status for p in result.pages] != [] and all(p.tries for p in result.pages)
 

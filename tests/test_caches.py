@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from vlm_ocr.engines.gpu import GpuFacts
+from vlm_ocr.engines.model_files import ModelFiles
 from vlm_ocr.engines.vllm.argv import ServeSpec
 from vlm_ocr.engines.vllm.caches import (
     CACHES,
@@ -22,6 +23,7 @@ from vlm_ocr.engines.vllm.caches import (
     cache_key,
 )
 from vlm_ocr.engines.vllm.logs import StartLog
+from vlm_ocr.engines.vllm.server import VllmServer
 from vlm_ocr.settings import Settings
 
 H200 = GpuFacts.parse("NVIDIA H200, 143771 MiB, 9.0")
@@ -220,3 +222,27 @@ def test_the_cold_start_is_taken_apart_from_vllms_log() -> None:
     )
     warm.line("torch.compile takes 3.05 s in total", 31.0)  # 0.26's wording
     assert warm.facts()["compile_cache"] == "hit" and warm.phases["torch_compile_s"] == 3.05
+
+
+def test_the_server_points_its_caches_at_the_volume_and_publishes_once_warm(
+    loop, tmp_path: Path, monkeypatch
+) -> None:
+    monkeypatch.delenv("VLLM_CACHE_ROOT", raising=False)
+    spec = ServeSpec.resolve(Settings(), TWO_H200, cpus=16)
+    files = ModelFiles(Settings().model, volume=tmp_path)
+
+    def started() -> VllmServer:
+        server = VllmServer(spec, files)
+        loop.run(server._prepare_caches())
+        return server
+
+    first = started()
+    assert first.facts["caches"]["state"] == "building"
+    root = Path(first.cache_env["VLLM_CACHE_ROOT"]).parent
+    assert root.parent == tmp_path / "vllm-cache" and root.name.startswith("Qwen3-VL-32B")
+    assert first.child_env()["TRITON_CACHE_DIR"] == str(root / "triton")
+    assert loop.run(first.ready())["caches"]["state"] == "built and published"
+    second = started()
+    assert second.facts["caches"]["state"] == "reused" and second.cache_env == first.cache_env
+    monkeypatch.setenv("VLLM_CACHE_ROOT", str(tmp_path / "mine"))  # the user's own: left alone
+    assert started().facts["caches"] == {"state": "as VLLM_CACHE_ROOT and the others were set"}

@@ -122,9 +122,9 @@ class VllmServer:
             self.facts["downloaded"] = self.downloaded
             self.facts["download_s"] = round(time.perf_counter() - t_download, 2)
             self._check_family()
-        await self._prepare_caches()
         t0 = time.perf_counter()
         for attempt in range(1, START_ATTEMPTS + 1):
+            await self._prepare_caches()  # again after a failed attempt discarded its build
             port = vllm.vllm_port or self._pick_port()
             if vllm.vllm_port and port_taken(port):
                 raise EngineError(
@@ -177,15 +177,16 @@ class VllmServer:
         if "VLLM_CACHE_ROOT" in os.environ:
             self.facts["caches"] = {"state": "as VLLM_CACHE_ROOT and the others were set"}
             return
-        version = await _engine_vllm_version(self.spec.vllm.vllm_python)
-        key = cache_key(self.spec, version, os.environ)
-        self.cache = VolumeCache(volume / "vllm-cache", key)
+        if self.cache is None:
+            version = await _engine_vllm_version(self.spec.vllm.vllm_python)
+            key = cache_key(self.spec, version, os.environ)
+            self.cache = VolumeCache(volume / "vllm-cache", key)
         folder = await asyncio.to_thread(self.cache.prepare)
         self.cache_env = self.cache.env(folder)
         state = (
             "building" if self.cache.building else ("private" if self.cache.private else "reused")
         )
-        self.facts["caches"] = {"state": state, "folder": str(folder), "vllm": version}
+        self.facts["caches"] = {"state": state, "folder": str(folder)}
 
     def _check_family(self) -> None:
         """A model downloaded at start was told by its name alone: its config must agree."""

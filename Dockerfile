@@ -47,7 +47,7 @@ RUN uv venv --python "$(command -v python3)" /opt/worker \
 
 ARG MODEL_NAME=QuantTrio/Qwen3-VL-32B-Instruct-AWQ
 ARG MODEL_REVISION=
-# Pinned engine settings: the same on every GPU RunPod hands this image (see README). The
+# Pinned engine settings: the same on every GPU RunPod hands this image (see docs/models.md). The
 # KV-cache dtype is left to the worker, which passes it explicitly: fp8 where the GPU has an fp8
 # KV cache (compute capability 8.9+), the model's dtype on older GPUs.
 ENV HF_HOME=/models/hf \

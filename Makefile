@@ -38,6 +38,20 @@ $(ENGINE_VENV)/.vllm-name: $(ENGINE_VENV)/.installed
 	$(ENGINE_VENV)/bin/python -c "import pathlib, sysconfig; d = pathlib.Path(sysconfig.get_paths()['purelib'], 'vllm-0.32.0.dist-info'); d.mkdir(exist_ok=True); (d / 'METADATA').write_text('Metadata-Version: 2.1\nName: vllm\nVersion: 0.32.0+cpu\n')"
 	touch $@
 
+# The browser the review page is tested in, and a font for its Chinese: Debian's packages, each
+# installed once (CI runs as root; elsewhere through sudo).
+CHROMIUM := /usr/bin/chromium-headless-shell
+CJK_FONT := /usr/share/fonts/truetype/wqy/wqy-microhei.ttc
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+APT_INSTALL = $(SUDO) apt-get update -qq && \
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends
+
+$(CHROMIUM):
+	$(APT_INSTALL) chromium-headless-shell
+
+$(CJK_FONT):
+	$(APT_INSTALL) fonts-wqy-microhei
+
 demo: $(VENV)/.demo
 	RUNPOD_LOG_LEVEL=ERROR $(BIN)/python handler.py --test_input "$$(cat test_input.json)"
 
@@ -51,9 +65,9 @@ lint: $(VENV)/.test
 	$(BIN)/hadolint Dockerfile .runpod/Dockerfile
 	$(BIN)/actionlint
 
-# The fast part (CPU engine, loopback S3 and HTTP, render processes) first, then the tests that
-# run the real vLLM server (CPU build); each prints its own time.
-test: lint $(ENGINE_VENV)/.vllm-name
+# The fast part (CPU engine, loopback S3 and HTTP, render processes, the browser) first, then the
+# tests that run the real vLLM server (CPU build); each prints its own time.
+test: lint $(ENGINE_VENV)/.vllm-name $(CHROMIUM) $(CJK_FONT)
 	@echo "== fast tests (no vLLM) =="
 	$(BIN)/pytest -m "not engine"
 	@echo "== engine tests (vLLM CPU build) =="

@@ -37,10 +37,10 @@ NO_GPU = GpuFacts()
 
 
 def spec(gpu: GpuFacts = H100, **values: object) -> ServeSpec:
-    return ServeSpec.resolve(Settings(**values), gpu)
+    return ServeSpec.resolve(Settings(**values), gpu, cpus=16)
 
 
-# What the image runs for the default model on one 80 GB GPU (README "Engine" shows it).
+# What the image runs for the default model on one 80 GB GPU (docs/models.md shows it).
 PRODUCTION_ARGV = [
     "python3",
     "-m",
@@ -135,12 +135,14 @@ def test_a_split_start_is_one_server_and_one_headless_engine_on_the_same_flags()
         "8100",
     ]
     base = server_argv(split, 8000)
+    # the default model's 1.6 MP pages: two API servers; the headless engine has none
+    front = ["--api-server-count", "2"]
     assert argvs == {
-        "server": [*base, *dp, "--data-parallel-size-local", "0"],
+        "server": [*base, *dp, "--data-parallel-size-local", "0", *front],
         "engine": [*base, *dp, "--data-parallel-size-local", "1", "--headless"],
     }
     single = spec(H100, vllm_split_start=False)
-    assert launch_argvs(single, 8000, rpc_port=8100) == {"server": base}
+    assert launch_argvs(single, 8000, rpc_port=8100) == {"server": [*base, *front]}
 
 
 @pytest.mark.parametrize(
@@ -217,7 +219,8 @@ def test_auto_engine_choice(tmp_path: Path) -> None:
     assert kind is EngineKind.VLLM and "present" in why
     kind, why = choose_engine_kind(Settings(model_name="org/not-here"), H100)
     assert kind is EngineKind.RAPIDOCR and "model org/not-here not found" in why
-    assert choose_engine_kind(Settings(engine="openai"), NO_GPU)[0] is EngineKind.OPENAI
+    openai = Settings(engine="openai", openai_base_url="http://127.0.0.1:9/v1")
+    assert choose_engine_kind(openai, NO_GPU)[0] is EngineKind.OPENAI
     # a hub id is present when the hub cache has it
     cache = tmp_path / "hub"
     (cache / "models--org--here").mkdir(parents=True)
@@ -240,6 +243,24 @@ def test_a_taken_port_is_refused(loop) -> None:
     assert server.proc is None  # nothing was spawned
 
 
+def test_an_earlier_servers_connections_in_time_wait_do_not_take_its_port() -> None:
+    import socket
+
+    from vlm_ocr.loopback import port_taken
+
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))
+        served, _ = listener.accept()
+        served.close()  # the server side closes first: its end waits in TIME_WAIT
+        client.close()
+        assert port_taken(port)  # still listening
+    assert not port_taken(port)  # gone; what lingers is only TIME_WAIT
+
+
 def test_nothing_runs_and_no_port_is_taken_before_start(monkeypatch) -> None:
     def no_probe() -> GpuFacts:
         raise AssertionError("the GPU was probed again")
@@ -255,7 +276,7 @@ def test_nothing_runs_and_no_port_is_taken_before_start(monkeypatch) -> None:
 FAKE_VLLM = """
 import sys, http.server, pathlib
 port = int(sys.argv[sys.argv.index("--port") + 1])
-taken = pathlib.Path(sys.argv[-1])
+taken = pathlib.Path(sys.argv[sys.argv.index("--taken") + 1])
 if str(port) in taken.read_text().split():
     print(f"ERROR: [Errno 98] error while attempting to bind on address ('127.0.0.1', {port}): "
           "address already in use", flush=True)
@@ -284,7 +305,7 @@ def test_a_port_taken_before_the_server_bound_it_is_tried_again(loop, tmp_path: 
     ports = [free_port() for _ in range(4)]
     taken.write_text(str(ports[0]))
     served = spec(
-        NO_GPU, vllm_python=str(python), vllm_split_start=False, vllm_extra_args=str(taken)
+        NO_GPU, vllm_python=str(python), vllm_split_start=False, vllm_extra_args=f"--taken {taken}"
     )
     server = VllmServer(served, ModelFiles(Settings().model), pick_port=iter(ports).__next__)
     try:

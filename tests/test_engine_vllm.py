@@ -8,7 +8,9 @@ import re
 import signal
 import subprocess
 import threading
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -16,7 +18,7 @@ import pytest
 from vlm_ocr import samples
 from vlm_ocr.engines.base import EngineOptions
 from vlm_ocr.engines.factory import make_engine
-from vlm_ocr.pipeline.assemble import build_worker, start_worker
+from vlm_ocr.pipeline.worker import build_worker, start_worker
 from vlm_ocr.settings import EngineKind, Settings
 from vlm_ocr.testing.local_endpoint import worker_environ
 from vlm_ocr.tools.plan import image_tokens
@@ -29,8 +31,10 @@ from .support.engine import (
     make_tiny_model,
     settings_from,
 )
+from .support.fault_proxy import FaultProxy, first_try_of_each_page
 
 pytestmark = pytest.mark.engine
+TWO_PAGES = {"pdf": {"base64": b64(samples.pdf_from_pages(samples.numbered_pages(2)))}}
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +69,47 @@ def test_cold_start_records_engine_facts(vllm) -> None:
     argv = facts["argv"]
     assert argv[argv.index("--gdn-prefill-backend") + 1] == "triton"
     assert argv[argv.index("--kv-cache-dtype") + 1] == "auto"
+    # the cold start by vLLM's own lines; the CPU build compiles nothing (ENFORCE_EAGER)
+    start = facts["cold_start"]
+    assert 0 < start["first_log_line_at_s"] < start["api_server_ready_at_s"]
+    assert start["engine_init_s"] > 0 and "not_logged" in start
+    assert facts["caches"] == {"state": "the container's own (no network volume)"}
+
+
+def test_two_api_servers_share_the_image_preprocessing_with_a_split_start(
+    loop, tiny_model: Path, tmp_path: Path
+) -> None:
+    # and START_MODE=fast's flags, which vLLM 0.32 (the image's) takes: no torch.compile,
+    # decode steps as CUDA graphs (the CPU build captures none)
+    settings = settings_from(
+        engine_env(tiny_model),
+        output_dir=tmp_path,
+        api_server_count=2,
+        start_mode="fast",
+        enforce_eager=False,
+    )
+    with pytest.MonkeyPatch.context() as env:
+        for key, value in SERVER_ENV.items():
+            env.setenv(key, value)
+        worker = loop.run(start_worker(settings))
+    try:
+        server = worker.engine.server.proc.pid  # type: ignore[attr-defined]
+        fronts = [p for p in child_pids(server) if process_name(p).startswith("VLLM::APIServer")]
+        result = loop.run(worker.run("two-fronts", TWO_PAGES))
+    finally:
+        loop.run(worker.close())
+    facts = result.engine
+    assert facts["api_server_count"] == 2 and facts["split_start"] is True
+    assert facts["start_mode"] == "fast" and "--optimization-level" in facts["argv"]
+    assert len(fronts) == 2  # the server process runs two API servers
+    assert [p.status for p in result.pages] != [] and all(p.tries for p in result.pages)
+
+
+def process_name(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
 
 
 def test_multi_page_job_records_tokens_finish_reasons_and_ladder(loop, vllm) -> None:
@@ -137,6 +182,53 @@ def test_openai_engine_uses_the_same_client(loop, vllm, tmp_path: Path) -> None:
         loop.run(remote.close())
     assert result.engine["name"] == "openai"
     assert (result.pages[0].prompt_tokens or 0) > 0 and result.pages[0].attempts >= 2
+
+
+@contextmanager
+def through_a_fault_proxy(loop, worker, settings: Settings, out: Path, **values: Any):
+    """A second worker on ENGINE=openai whose page requests reach the module's server through
+    the fault proxy; every answer 8 tokens long, taken as it comes (the weights are random)."""
+    host, port = worker.engine.base_url.removeprefix("http://").split(":")
+    proxy = FaultProxy((host, int(port)))
+    other = second_client(worker, settings, out).with_(openai_base_url=proxy.url, **values)
+    exact = None if values else 8
+    remote = build_worker(other, make_engine(other, EngineOptions(exact_output_tokens=exact)))
+    try:
+        yield remote, proxy
+    finally:
+        loop.run(remote.close())
+        proxy.close()
+
+
+@pytest.mark.parametrize("fault", ["drop", "503", "cut"])
+def test_a_page_request_lost_on_the_way_to_vllm_is_sent_again(
+    loop, vllm, tmp_path: Path, fault: str
+) -> None:
+    worker, settings = vllm
+    with through_a_fault_proxy(loop, worker, settings, tmp_path) as (remote, proxy):
+        proxy.body_rule = first_try_of_each_page(fault)
+        loop.run(remote.start())  # the warm-up page loses its first request too
+        result = loop.run(remote.run("lost", TWO_PAGES))
+    assert result.status == "ok", result.errors
+    assert [(p.status, p.attempts, p.tries) for p in result.pages] == [("ok", 1, 2)] * 2
+    assert sum(outcome == fault for _, _, outcome in proxy.seen) == 3
+
+
+def test_an_http_400_from_vllm_fails_the_page_at_once_with_its_message(
+    loop, vllm, tmp_path: Path
+) -> None:
+    worker, settings = vllm
+    # more answer than the model's context (MAX_MODEL_LEN 2048): vLLM refuses the request
+    with through_a_fault_proxy(loop, worker, settings, tmp_path, max_tokens=100_000) as (
+        remote,
+        proxy,
+    ):
+        loop.run(remote.start())
+        result = loop.run(remote.run("too-long", TWO_PAGES))
+    for page in result.pages:
+        assert page.status == "failed" and page.tries == 1, page
+        assert page.error and page.error.startswith("the engine server answered HTTP 400")
+    assert [outcome for _, path, outcome in proxy.seen if "chat" in path].count("pass") == 3
 
 
 def child_pids(pid: int) -> list[int]:

@@ -45,7 +45,7 @@ def test_test_input_json_runs_and_prints_result(tmp_path: Path) -> None:
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(proc.stdout[proc.stdout.index("{") :])
+    result, _ = json.JSONDecoder().raw_decode(proc.stdout[proc.stdout.index("{") :])
     assert result["status"] == "ok" and result["totals"]["pages"] == 2
     for page, truth in zip(result["pages"], samples.LEGAL_PAGES, strict=True):
         stored = (tmp_path / "out" / page["key"]).read_text(encoding="utf-8")
@@ -110,13 +110,27 @@ def test_a_model_the_image_lacks_fails_every_job_with_one_line(tmp_path: Path) -
     assert "--build-arg MODEL_NAME=org/other-model" in proc.stdout
 
 
-def test_settings_the_worker_cannot_be_built_with_fail_every_job_with_one_line(
-    tmp_path: Path,
+@pytest.mark.parametrize(
+    ("engine", "bad", "says"),
+    [
+        ("rapidocr", {"DEFAULT_PROMPT": "poetry"}, "DEFAULT_PROMPT='poetry': no such preset"),
+        ("vllm", {"DEFAULT_PROMPT": "poetry"}, "DEFAULT_PROMPT='poetry': no such preset"),
+        ("openai", {"MAX_PIXELS": "lots"}, "MAX_PIXELS='lots': Input should be a valid integer"),
+        ("openai", {}, "ENGINE=openai needs OPENAI_BASE_URL"),
+    ],
+)
+def test_settings_no_job_can_run_with_fail_every_job_with_one_line(
+    tmp_path: Path, engine: str, bad: dict[str, str], says: str
 ) -> None:
-    env = handler_env(tmp_path, ENGINE="vllm", MODEL_NAME="org/m", DEFAULT_PROMPT="poetry")
+    env = handler_env(tmp_path, ENGINE=engine, MODEL_NAME="org/m", **bad)
     proc = run_demo_job(env)
-    says = "DEFAULT_PROMPT is 'poetry'; the presets are"
     assert says in proc.stdout and says in proc.stderr and "Traceback" not in proc.stderr
+    result, _ = json.JSONDecoder().raw_decode(proc.stdout[proc.stdout.index("{") :])
+    assert result["status"] == "failed" and result["error"].startswith(
+        "the worker is misconfigured: "
+    )
+    if bad:  # the value and what is accepted
+        assert "accepted: " in result["error"]
 
 
 @pytest.fixture(scope="module")

@@ -53,21 +53,23 @@ def test_a_layout_the_gpus_cannot_hold_is_refused_naming_both_settings() -> None
 
 
 def test_replicas_start_together_behind_one_server() -> None:
-    spec = ServeSpec.resolve(Settings(vllm_split_start=True), h200s(2))
+    spec = ServeSpec.resolve(Settings(vllm_split_start=True), h200s(2), cpus=32)
     argvs = launch_argvs(spec, 8000, rpc_port=8100)
     base = server_argv(spec, 8000)
     dp = ["--data-parallel-size", "2", "--data-parallel-address", "127.0.0.1"]
     dp += ["--data-parallel-rpc-port", "8100"]
-    # one launcher starts both engine cores at once; they share the compile caches
+    # one launcher starts both engine cores at once; they share the compile caches; the API
+    # servers (two for 1.6 MP pages) feed both
+    front = ["--api-server-count", "2"]
     assert argvs == {
-        "server": [*base, *dp, "--data-parallel-size-local", "0"],
+        "server": [*base, *dp, "--data-parallel-size-local", "0", *front],
         "engine": [*base, *dp, "--data-parallel-size-local", "2", "--headless"],
     }
     assert base[base.index("--tensor-parallel-size") + 1] == "1"
     assert base[base.index("--max-num-seqs") + 1] == "256"  # per replica
-    single = ServeSpec.resolve(Settings(vllm_split_start=False), h200s(2))
-    assert launch_argvs(single, 8000)["server"][-2:] == ["--data-parallel-size", "2"]
-    one = ServeSpec.resolve(Settings(vllm_split_start=False), h200s(1))
+    single = ServeSpec.resolve(Settings(vllm_split_start=False), h200s(2), cpus=32)
+    assert launch_argvs(single, 8000)["server"][-4:] == ["--data-parallel-size", "2", *front]
+    one = ServeSpec.resolve(Settings(vllm_split_start=False), h200s(1), cpus=32)
     assert "--data-parallel-size" not in launch_argvs(one, 8000)["server"]
 
 

@@ -38,6 +38,8 @@ def test_hub_json_lists_every_setting_with_the_images_default() -> None:
         assert spec.get("default") == entry["input"].get("default"), entry["key"]
         assert spec["type"] in {"string", "number", "boolean"} and spec["description"]
     assert listed["ENGINE"]["default"] == image["ENGINE"] == "vllm"
+    # the form's descriptions too: written from the declarations (and the families)
+    assert hub["config"]["env"] == hub_env(image), "run settings_docs --hub-env"
     for preset in hub["config"]["presets"]:
         assert set(preset["defaults"]) <= set(listed)
 

@@ -8,6 +8,7 @@ import json
 
 from vlm_ocr import samples
 from vlm_ocr.pipeline.compare import agree, critical_differences
+from vlm_ocr.pipeline.textsim import similarity
 from vlm_ocr.testing.fakes import FakeEngine
 
 from .support import make_settings, new_worker, pdf_job, run_job
@@ -44,6 +45,11 @@ def test_a_changed_article_number_is_flagged_for_review(tmp_path, loop, cpu_pool
     manifest = json.loads((tmp_path / "out/second/article/manifest.json").read_text())
     assert manifest["pages"][1]["review"] is True
     assert manifest["pages"][1]["differences"] == second.differences
+    # The CPU engine's reading is kept beside the page's text, for a person to compare.
+    assert second.second_key == "second/article/page-0002.second.txt"
+    assert manifest["pages"][1]["second_key"] == second.second_key
+    cpu_reading = (tmp_path / "out" / second.second_key).read_text(encoding="utf-8")
+    assert similarity(cpu_reading, samples.page_text(pages[1])) >= 0.9
 
 
 def test_the_cpu_engine_against_itself_agrees(tmp_path, loop, cpu_engine, cpu_pool) -> None:

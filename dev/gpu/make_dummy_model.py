@@ -295,6 +295,25 @@ def chandra(out: Path) -> None:
     (out / "chat_template.jinja").write_text(QWEN_TEMPLATE)
 
 
+# The configuration class a dots.ocr folder names in its `auto_map`: a Qwen2 decoder's config with
+# the vision tower's as a plain dict (vLLM's model code builds its own vision config from it).
+DOTS_CONFIGURATION = '''"""dots.ocr's configuration for a dummy-weight folder: a Qwen2 config,
+plus the image and video token ids and the vision tower's settings as a dict."""
+
+from transformers import Qwen2Config
+
+
+class DotsOCRConfig(Qwen2Config):
+    model_type = "dots_ocr"
+
+    def __init__(self, image_token_id=151665, video_token_id=151656, vision_config=None, **kw):
+        super().__init__(**kw)
+        self.image_token_id = image_token_id
+        self.video_token_id = video_token_id
+        self.vision_config = dict(vision_config or {})
+'''
+
+
 def dots(out: Path) -> None:
     special = {
         "<|endoftext|>": 151643,
@@ -317,6 +336,9 @@ def dots(out: Path) -> None:
         {
             "architectures": ["DotsOCRForCausalLM"],
             "model_type": "dots_ocr",
+            # transformers registers no dots_ocr config: the checkpoint brings its own module,
+            # read with --trust-remote-code, as the published ones do
+            "auto_map": {"AutoConfig": "configuration_dots.DotsOCRConfig"},
             "attention_bias": True,
             "hidden_act": "silu",
             "hidden_size": 1536,
@@ -378,6 +400,7 @@ def dots(out: Path) -> None:
         special,
         qwen_tokens(special, eos="<|endoftext|>"),
     )
+    (out / "configuration_dots.py").write_text(DOTS_CONFIGURATION)
     (out / "chat_template.jinja").write_text(
         "{%- for m in messages %}{%- if m.role == 'system' %}"
         "{{- '<|system|>' + m.content + '<|endofsystem|>\\n' }}"
@@ -462,6 +485,11 @@ def lighton(out: Path) -> None:
             "processor_class": "LightOnOcrProcessor",
             "patch_size": 14,
             "spatial_merge_size": 2,
+            # the checkpoint's own choice of image tokens (Qwen's vision tokens, not Pixtral's
+            # [IMG], [IMG_BREAK], [IMG_END], which its tokenizer does not have)
+            "image_token": "<|image_pad|>",
+            "image_break_token": "<|vision_pad|>",
+            "image_end_token": "<|vision_end|>",
         },
     )
     tokenizer(

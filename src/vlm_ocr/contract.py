@@ -252,6 +252,12 @@ class PageReport(BaseModel):
     height: int | None = None
     finish_reason: str | None = None
     attempts: int = 0
+    tries: int | None = Field(
+        None,
+        description="Requests sent to the engine's server for the page: one per attempt, plus "
+        "one for each that was lost on the way and sent again (a dropped connection, an answer "
+        "cut off, HTTP 502/503/504). Unset for an engine without a server.",
+    )
     prompt_tokens: int | None = None
     output_tokens: int | None = None
     timings: dict[str, float] = Field(default_factory=dict)
@@ -291,6 +297,11 @@ class PageReport(BaseModel):
     )
     differences: list[str] | None = Field(
         None, description="Second opinion: the critical tokens that differ (engine ≠ CPU)."
+    )
+    second_key: str | None = Field(
+        None,
+        description="Second opinion: where the CPU engine's reading is stored "
+        "(page-NNNN.second.txt), to set beside the page's text.",
     )
     text: str | None = None
 

@@ -43,11 +43,20 @@ class PageError(OcrError):
 
 
 class EngineError(OcrError):
-    """The engine failed a request; `fatal` means it is gone and the worker must be replaced."""
+    """The engine failed a request; `fatal` means it is gone and the worker must be replaced.
+    `tries` counts the requests sent for the page before it failed, transport retries included."""
 
-    def __init__(self, message: str, *, fatal: bool = False) -> None:
+    def __init__(self, message: str, *, fatal: bool = False, tries: int = 0) -> None:
         self.fatal = fatal
+        self.tries = tries
         super().__init__(message)
+
+
+class TransportError(EngineError):
+    """A request or its answer was lost between the worker and the engine's server (a connection
+    refused, reset or closed without an answer, an answer cut off, a gateway's 502/503/504, a
+    body that is not the server's JSON). Nothing says the engine failed the page: the same
+    request may be sent again."""
 
 
 class StorageError(OcrError):

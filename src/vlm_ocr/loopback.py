@@ -27,7 +27,10 @@ def free_port() -> int:
 
 
 def port_taken(port: int) -> bool:
+    """Another socket listens on (or is bound to) the port. Connections of an earlier server
+    lingering in TIME_WAIT do not count: the server binds with SO_REUSEADDR past them."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:

@@ -4,18 +4,34 @@ Each field of a group is one environment variable of the same name, upper-cased:
 `MAX_PIXELS`. A component takes the group it reads (`settings.fetch`, `settings.vllm`, ...), so
 its signature says what it depends on. `Settings.from_env(os.environ)` is the only place the
 process environment is read (the entry points call it); `Settings(**values)` reads nothing, so a
-test's settings are exactly what it names. The README table and `.runpod/hub.json` are generated
-from these declarations (`tools/settings_docs.py`) and checked against them by the test suite.
+test's settings are exactly what it names. The settings table of `docs/settings.md` and
+`.runpod/hub.json` are generated from these declarations (`tools/settings_docs.py`, which adds
+each model family's own value where a setting's default is the family's) and checked against
+them by the test suite.
 """
 
 from __future__ import annotations
 
+import re
+import shlex
+import typing
 from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic.fields import FieldInfo
+
+from .errors import ConfigError
+from .prompts import PRESETS
 
 
 class EngineKind(StrEnum):
@@ -25,18 +41,59 @@ class EngineKind(StrEnum):
     RAPIDOCR = "rapidocr"
 
 
+class StartMode(StrEnum):
+    THROUGHPUT = "throughput"
+    FAST = "fast"
+
+
 DEFAULT_MODEL = "QuantTrio/Qwen3-VL-32B-Instruct-AWQ"
 # The range a page pixel budget may take, here and in a job's `max_pixels` / `max_side`.
 MIN_PIXELS = 65_536
 MAX_PIXELS_LIMIT = 16_000_000
 MIN_SIDE = 256
 MAX_SIDE_LIMIT = 8192
+# What vLLM (0.32, the image's) accepts for the flags these settings pin.
+KV_CACHE_DTYPES = (
+    "auto",
+    "float16",
+    "bfloat16",
+    "fp8",
+    "fp8_e4m3",
+    "fp8_e5m2",
+    "fp8_inc",
+    "fp8_ds_mla",
+    "nvfp4_ds_mla",
+    "turboquant_k8v4",
+    "turboquant_4bit_nc",
+    "turboquant_k3v4_nc",
+    "turboquant_3bit_nc",
+    "ultraquant_4bit",
+    "int4_per_token_head",
+    "int8_per_token_head",
+    "fp8_per_token_head",
+    "nvfp4",
+    "nvfp4_4over6",
+)
+GDN_PREFILL_BACKENDS = ("triton", "flashinfer", "cutedsl", "aiter_flydsl")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+_KEY_PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-/]{0,199}")
+
+
+def http_url(value: str | None, *, https: bool = False) -> str | None:
+    """An http(s) URL with a host, or ValueError saying what is accepted."""
+    if value is None:
+        return None
+    scheme = r"https" if https else r"https?"
+    if not re.fullmatch(scheme + r"://[^/\s?#]+(/\S*)?", value):
+        kind = "an https:// URL" if https else "an http:// or https:// URL"
+        raise ValueError(f"not a URL; accepted: {kind} with a host")
+    return value
 
 
 class Group(BaseModel):
     """One concern's settings. Frozen: the settings a component was given do not change."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 class JobSettings(Group):
@@ -52,10 +109,13 @@ class JobSettings(Group):
         description="Local results folder, used when no bucket is configured.",
     )
     default_prompt: str = Field("markdown", description="Prompt preset used when a job names none.")
-    max_pages_per_job: int = Field(2000, description="Most pages one job may select.")
+    max_pages_per_job: int = Field(
+        2000, ge=1, le=100_000, description="Most pages one job may select."
+    )
     job_max_concurrent_pages: int = Field(
         0,
         ge=0,
+        le=65_536,
         description="Pages of one job in flight at once; 0 = as many as the engine takes "
         "(`MAX_CONCURRENT_PAGES`) plus two per render process, so one large job fills the engine "
         "while its next pages render and its last ones upload.",
@@ -63,12 +123,14 @@ class JobSettings(Group):
     max_concurrent_pages: int = Field(
         0,
         ge=0,
+        le=65_536,
         description="Pages in flight at the engine across all jobs; 0 = the engine's own "
         "default (`MAX_NUM_SEQS` for vLLM and `openai`, 1 for the CPU engine).",
     )
     max_concurrent_jobs: int = Field(
         8,
         ge=1,
+        le=1024,
         description="Jobs one worker takes at once per engine replica (RunPod "
         "`concurrency_modifier`).",
     )
@@ -76,8 +138,17 @@ class JobSettings(Group):
 
     @field_validator("log_level")
     @classmethod
-    def _upper(cls, value: str) -> str:
+    def _level(cls, value: str) -> str:
+        if value.upper() not in LOG_LEVELS:
+            raise ValueError(f"not a log level; accepted: {', '.join(LOG_LEVELS)}")
         return value.upper()
+
+    @field_validator("default_prompt")
+    @classmethod
+    def _preset(cls, value: str) -> str:
+        if value not in PRESETS:
+            raise ValueError(f"no such preset; accepted: {', '.join(sorted(PRESETS))}")
+        return value
 
 
 class RenderSettings(Group):
@@ -92,6 +163,7 @@ class RenderSettings(Group):
     max_image_pixels: int = Field(
         50_000_000,
         ge=MIN_PIXELS,
+        le=1_000_000_000,
         description="Largest source image accepted, in pixels (a 600 dpi A4 scan is 35 MP).",
     )
     decode_pixels: int = Field(
@@ -103,7 +175,10 @@ class RenderSettings(Group):
         60.0, gt=0, description="Time limit for decoding or rendering one page, in seconds."
     )
     render_processes: int = Field(
-        0, ge=0, description="Processes that decode and render pages; 0 = one per CPU core."
+        0,
+        ge=0,
+        le=256,
+        description="Processes that decode and render pages; 0 = one per CPU core.",
     )
     render_memory_mb: int = Field(
         4096,
@@ -117,16 +192,21 @@ class FetchSettings(Group):
     """Fetching a job's files: sizes, time limits, which hosts."""
 
     max_download_bytes: int = Field(
-        200_000_000, description="Largest document or image accepted from any source, in bytes."
+        200_000_000,
+        ge=1,
+        description="Largest document or image accepted from any source, in bytes.",
     )
     max_job_bytes: int = Field(
-        500_000_000, description="Most bytes one job's inputs may add up to, from all sources."
+        500_000_000,
+        ge=1,
+        description="Most bytes one job's inputs may add up to, from all sources.",
     )
     download_timeout_s: float = Field(
-        60.0, description="Time limit for one URL download, in seconds."
+        60.0, gt=0, description="Time limit for one URL download, in seconds."
     )
     fetch_timeout_s: float = Field(
         600.0,
+        gt=0,
         description="Time one job may spend fetching its inputs in all (wall time while any "
         "download runs), in seconds.",
     )
@@ -153,10 +233,37 @@ class BucketSettings(Group):
         3600, ge=1, le=604_800, description="Lifetime of presigned result URLs, in seconds."
     )
     bucket_max_attempts: int = Field(
-        5, ge=1, description="Attempts per bucket request (throttling, 5xx, timeouts)."
+        5, ge=1, le=20, description="Attempts per bucket request (throttling, 5xx, timeouts)."
     )
-    bucket_connect_timeout_s: float = Field(5.0, description="Bucket connect timeout, seconds.")
-    bucket_read_timeout_s: float = Field(30.0, description="Bucket read timeout, seconds.")
+    bucket_connect_timeout_s: float = Field(
+        5.0, gt=0, description="Bucket connect timeout, seconds."
+    )
+    bucket_read_timeout_s: float = Field(30.0, gt=0, description="Bucket read timeout, seconds.")
+
+    @field_validator("bucket_endpoint_url")
+    @classmethod
+    def _endpoint(cls, value: str | None) -> str | None:
+        return http_url(value)
+
+    @field_validator("bucket_prefix")
+    @classmethod
+    def _prefix(cls, value: str) -> str:
+        parts = value.split("/")
+        if not _KEY_PREFIX.fullmatch(value) or any(p in ("", ".", "..") for p in parts):
+            raise ValueError(
+                "not a key prefix; accepted: 1-200 letters, digits, '.', '_', '-' and '/', "
+                "starting with a letter or digit, no empty, '.' or '..' part, no trailing '/'"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _keys(self) -> BucketSettings:
+        if bool(self.bucket_access_key_id) != bool(self.bucket_secret_access_key):
+            raise ValueError(
+                "BUCKET_ACCESS_KEY_ID and BUCKET_SECRET_ACCESS_KEY go together; set both, or "
+                "neither (credentials then come from boto3's own sources)"
+            )
+        return self
 
     @property
     def configured(self) -> bool:
@@ -167,7 +274,7 @@ class ModelSettings(Group):
     """Which model, and where its files are."""
 
     model_name: str = Field(
-        DEFAULT_MODEL, description="Model: a Hugging Face id or a local directory."
+        DEFAULT_MODEL, min_length=1, description="Model: a Hugging Face id or a local directory."
     )
     model_revision: str | None = Field(
         None,
@@ -176,8 +283,8 @@ class ModelSettings(Group):
     )
     model_family: str | None = Field(
         None,
-        description="The model's family: `qwen-vl`, `qwen3.5`, `olmocr`, `chandra`, `dots-ocr` or "
-        "`lighton-ocr`; unset: told from the model's config.json (`architectures`) and its name.",
+        description="The model's family; unset: told from the model's config.json "
+        "(`architectures`) and its name.",
     )
     hf_home: str | None = Field(
         None,
@@ -205,7 +312,12 @@ class ModelSettings(Group):
 class VlmSettings(Group):
     """Page requests to a vision-language model's server: its address, answer length, attempts."""
 
-    served_model_name: str = Field("ocr", description="Name the engine serves the model under.")
+    served_model_name: str = Field(
+        "ocr",
+        min_length=1,
+        pattern=r"^\S+$",
+        description="Name the engine serves the model under.",
+    )
     openai_base_url: str | None = Field(
         None, description="Base URL of an external OpenAI-compatible server (`ENGINE=openai`)."
     )
@@ -213,17 +325,35 @@ class VlmSettings(Group):
     max_tokens: int = Field(
         0,
         ge=0,
-        description="Output token cap per page request; 0 = the model family's own (4096 for "
-        "Qwen chat VLMs, 8000 olmOCR, 12384 Chandra, 16384 dots.ocr, 4096 LightOnOCR).",
+        le=1_048_576,
+        description="Output token cap per page request; 0 = the model family's own.",
     )
     max_attempts: int = Field(
         0,
         ge=0,
+        le=20,
         description="Attempts per page while its answer stops by length or repetition or is not "
-        "in the family's format; 0 = the family's own ladder (4 for Qwen chat VLMs, 8 olmOCR, 7 "
-        "Chandra, 4 dots.ocr and LightOnOCR).",
+        "in the family's format; 0 = the model family's own ladder.",
     )
-    request_timeout_s: float = Field(600.0, description="Time limit for one page request.")
+    request_timeout_s: float = Field(
+        600.0,
+        gt=0,
+        description="Time limit for one page request, in seconds, its transport retries included.",
+    )
+    transport_retries: int = Field(
+        3,
+        ge=0,
+        le=20,
+        description="Times a page request is sent again after a transport failure (a connection "
+        "refused, reset or closed without an answer, an answer cut off, HTTP 502/503/504, a body "
+        "that is not the server's JSON), with a short backoff, while the engine is up and the "
+        "request's time lasts. An HTTP 400, a slow page and a dead engine are not retried.",
+    )
+
+    @field_validator("openai_base_url")
+    @classmethod
+    def _base_url(cls, value: str | None) -> str | None:
+        return http_url(value)
 
 
 class VllmSettings(Group):
@@ -243,29 +373,34 @@ class VllmSettings(Group):
     max_model_len: int = Field(
         0,
         ge=0,
-        description="`--max-model-len` (prompt + output tokens); 0 = the model family's own "
-        "(8192 for Qwen chat VLMs, 16384 olmOCR and LightOnOCR, 18000 Chandra, 24576 dots.ocr).",
+        le=1_048_576,
+        description="`--max-model-len` (prompt + output tokens); 0 = the model family's own.",
     )
     max_num_seqs: int = Field(
         0,
         ge=0,
+        le=4096,
         description="`--max-num-seqs`: sequences the engine batches; 0 = by the memory of the "
         "engine's GPUs: 256 from 120 GiB (H200, B200), 192 from 70 GiB (A100, H100), 64 from 40 "
         "GiB (L40S, A6000), else 32; 192 for `openai`.",
     )
-    max_num_batched_tokens: int = Field(16384, description="`--max-num-batched-tokens`.")
+    max_num_batched_tokens: int = Field(
+        16384, ge=256, le=1_048_576, description="`--max-num-batched-tokens`."
+    )
     gpu_memory_utilization: float = Field(
         0.90, gt=0, le=1, description="`--gpu-memory-utilization`."
     )
     tensor_parallel_size: int = Field(
         1,
         ge=1,
+        le=64,
         description="`--tensor-parallel-size`: GPUs one engine replica is split over; more than "
         "1 only for a model one GPU cannot hold.",
     )
     data_parallel_size: int = Field(
         0,
         ge=0,
+        le=64,
         description="`--data-parallel-size`: engine replicas, each on `TENSOR_PARALLEL_SIZE` "
         "GPUs, behind one server; 0 = the worker's GPUs divided by `TENSOR_PARALLEL_SIZE` "
         "(at least 1), read once at start.",
@@ -277,7 +412,25 @@ class VllmSettings(Group):
         "a faster start).",
     )
     enforce_eager: bool = Field(
-        False, description="`--enforce-eager`: skip CUDA graphs (faster start, slower pages)."
+        False,
+        description="`--enforce-eager`: no torch.compile and no CUDA graphs at all (the shortest "
+        "start, the slowest pages).",
+    )
+    start_mode: StartMode = Field(
+        StartMode.THROUGHPUT,
+        description="`throughput`: torch.compile and CUDA graphs of every batch size up to "
+        "`MAX_NUM_SEQS` (the fastest pages); `fast`: no torch.compile (`--optimization-level 0`) "
+        "and CUDA graphs of whole decode steps at powers of two only, for bursty traffic that "
+        "pays a cold start often (docs/deploying.md has both modes' figures).",
+    )
+    api_server_count: int = Field(
+        0,
+        ge=0,
+        le=64,
+        description="`--api-server-count`: vLLM's front-end processes, which decode and "
+        "preprocess the page images before the engine sees them; 0 = one per megapixel of the "
+        "model family's page budget, at most a quarter of the CPUs, at least one per replica "
+        "(said in the log and the engine facts).",
     )
     vllm_extra_args: str = Field("", description="Extra `vllm serve` flags, shell-quoted.")
     vllm_python: str = Field(
@@ -286,6 +439,7 @@ class VllmSettings(Group):
     vllm_port: int = Field(
         0,
         ge=0,
+        le=65_535,
         description="Loopback port of the vLLM server; 0 = a free port. A port that is taken "
         "is refused, so the worker never talks to a server it did not start.",
     )
@@ -297,8 +451,43 @@ class VllmSettings(Group):
         "serve`, which spawns its engine core only after its own imports.",
     )
     vllm_startup_timeout_s: float = Field(
-        900.0, description="Time allowed from spawning the server to a healthy warm engine."
+        900.0,
+        gt=0,
+        description="Time allowed from spawning the server to a healthy warm engine.",
     )
+
+    @field_validator("gdn_prefill_backend")
+    @classmethod
+    def _gdn(cls, value: str) -> str:
+        if value not in GDN_PREFILL_BACKENDS:
+            raise ValueError(
+                f"not a GDN prefill backend; accepted: {', '.join(GDN_PREFILL_BACKENDS)}"
+            )
+        return value
+
+    @field_validator("kv_cache_dtype")
+    @classmethod
+    def _kv(cls, value: str | None) -> str | None:
+        if value is not None and value not in KV_CACHE_DTYPES:
+            raise ValueError(f"not a KV-cache dtype; accepted: {', '.join(KV_CACHE_DTYPES)}")
+        return value
+
+    @field_validator("cuda_graph_sizes")
+    @classmethod
+    def _graph_sizes(cls, value: str) -> str:
+        parts = [p.strip() for p in value.split(",") if p.strip()]
+        if not all(p.isdigit() and 0 < int(p) <= 4096 for p in parts):
+            raise ValueError("accepted: batch sizes from 1 to 4096, comma-separated, or empty")
+        return value
+
+    @field_validator("vllm_extra_args")
+    @classmethod
+    def _extra_args(cls, value: str) -> str:
+        try:
+            shlex.split(value)
+        except ValueError as exc:
+            raise ValueError(f"not shell words ({exc}); accepted: flags as in a shell") from None
+        return value
 
 
 class CpuModelSettings(Group):
@@ -332,6 +521,7 @@ class CpuModelSettings(Group):
     cpu_model_processes: int = Field(
         0,
         ge=0,
+        le=256,
         description="Processes (one core each) that run the CPU engine's models beside the "
         "engine, page orientation and the second opinion; 0 = half the CPU cores.",
     )
@@ -347,6 +537,11 @@ class ClientSettings(Group):
         "https://api.runpod.ai/v2",
         description="RunPod's endpoint API base URL for `vlm-ocr submit`.",
     )
+
+    @field_validator("runpod_api_base")
+    @classmethod
+    def _api_base(cls, value: str) -> str:
+        return http_url(value) or value
 
 
 class Settings(BaseModel):
@@ -383,12 +578,27 @@ class Settings(BaseModel):
                 raise ValueError(f"unknown setting {name!r}")
         return nested
 
+    @model_validator(mode="after")
+    def _engine_needs(self) -> Settings:
+        if self.job.engine is EngineKind.OPENAI and not self.vlm.openai_base_url:
+            raise ValueError(
+                "ENGINE=openai needs OPENAI_BASE_URL, the base URL of the OpenAI-compatible "
+                "server to send pages to (for example http://10.0.0.5:8000/v1)"
+            )
+        return self
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str]) -> Settings:
         """The settings an environment gives (names case-insensitive; an empty variable, as an
-        endpoint's form leaves it, means unset). Variables that are no setting are ignored."""
+        endpoint's form leaves it, means unset). Variables that are no setting are ignored.
+        Values no worker can run with are a ConfigError that names each variable, its value
+        and what is accepted."""
         by_name = {k.lower(): v for k, v in environ.items() if v != ""}
-        return cls(**{name: by_name[name] for name in cls.GROUP_OF if name in by_name})
+        given = {name: by_name[name] for name in cls.GROUP_OF if name in by_name}
+        try:
+            return cls(**given)
+        except ValidationError as exc:
+            raise ConfigError(refusal(exc, given)) from None
 
     def with_(self, **values: Any) -> Settings:
         """A copy with some flat values changed, validated as the environment's would be."""
@@ -417,6 +627,50 @@ Settings.GROUP_OF = _groups()
 
 def env_name(field: str) -> str:
     return field.upper()
+
+
+def refusal(exc: ValidationError, given: Mapping[str, str]) -> str:
+    """What is wrong with the settings, one clause per variable: its name, its value, why, and
+    what is accepted. A rule over several settings names them in its own message."""
+    problems = []
+    for err in exc.errors():
+        name = next((str(p) for p in reversed(err["loc"]) if str(p) in Settings.GROUP_OF), None)
+        message = str(err["msg"]).removeprefix("Value error, ")
+        if name is None:
+            problems.append(message)
+            continue
+        accepted = "" if err["type"] == "value_error" else f"; accepted: {accepted_values(name)}"
+        problems.append(
+            f"{env_name(name)}={given.get(name, err.get('input'))!r}: {message}{accepted}"
+        )
+    return "; ".join(problems)
+
+
+def accepted_values(name: str) -> str:
+    """The values a setting takes, from its declaration: its type and bounds."""
+    field = _field(name)
+    kinds = [a for a in typing.get_args(field.annotation) if a is not type(None)]
+    kind = kinds[0] if kinds else field.annotation
+    if isinstance(kind, type) and issubclass(kind, StrEnum):
+        return "one of " + ", ".join(member.value for member in kind)
+    if kind is bool:
+        return "true or false"
+    words = {int: "a whole number", float: "a number", Path: "a path"}.get(kind, "text")  # type: ignore[call-overload]
+    bounds = []
+    for rule in field.metadata:
+        for attr, word in (("ge", "at least"), ("gt", "above"), ("le", "at most"), ("lt", "below")):
+            if (bound := getattr(rule, attr, None)) is not None:
+                bounds.append(f"{word} {bound:,}")
+        if getattr(rule, "min_length", None):
+            bounds.append("not empty")
+        if getattr(rule, "pattern", None):
+            bounds.append("without spaces")
+    return words + (f" {' and '.join(bounds)}" if bounds else "")
+
+
+def _field(name: str) -> FieldInfo:
+    group = Settings.model_fields[Settings.GROUP_OF[name]].annotation
+    return group.model_fields[name]  # type: ignore[union-attr]
 
 
 def declared_fields() -> list[tuple[str, Any]]:

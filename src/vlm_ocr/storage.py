@@ -49,6 +49,10 @@ class JobKeys:
         """page-0001.json: the page's blocks (a job without a JSON schema)."""
         return self.page(number, "json")
 
+    def second_reading(self, number: int) -> str:
+        """page-0001.second.txt: the CPU engine's reading of the page (the second opinion)."""
+        return self.page(number, "second.txt")
+
     @staticmethod
     def figure_name(number: int, index: int) -> str:
         """page-0003-figure-1.png, as the page's Markdown links it (beside the page)."""

@@ -23,10 +23,9 @@ from vlm_ocr import samples
 from vlm_ocr.contract import JobResult
 from vlm_ocr.entry.runtime import WorkerLoop
 from vlm_ocr.loopback import free_port
-from vlm_ocr.pipeline.assemble import build_worker
 from vlm_ocr.pipeline.cpu_pool import CpuPool
 from vlm_ocr.pipeline.textsim import similarity
-from vlm_ocr.pipeline.worker import Worker
+from vlm_ocr.pipeline.worker import Worker, build_worker
 from vlm_ocr.settings import Settings
 from vlm_ocr.testing import local_endpoint
 
@@ -53,9 +52,7 @@ def new_worker(
 ) -> Worker:
     """A worker on the session's loop and render pool, with the store the settings select
     (or `store`)."""
-    if store is not None:
-        return Worker(settings, engine, store, pool=pool)
-    return build_worker(settings, engine, pool=pool)
+    return build_worker(settings, engine, pool=pool, store=store)
 
 
 def run_job(loop: WorkerLoop, worker: Worker, job: Any, job_id: str = "job-1") -> JobResult:

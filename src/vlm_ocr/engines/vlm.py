@@ -9,13 +9,15 @@ the family's format, or (with a job's schema) does not validate.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import random
 import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..errors import ConfigError, EngineError, InputError
+from ..errors import ConfigError, EngineError, InputError, TransportError
 from ..images import Budget, PageImage
 from ..prompts import PRESETS, Prompt, resolve
 from ..settings import ModelSettings, VlmSettings
@@ -30,6 +32,14 @@ log = logging.getLogger(__name__)
 RETRY_REASONS = {"length", "repetition"}
 # The warm-up proves the whole path with a real page; a few tokens of answer are enough for that.
 WARMUP_MAX_TOKENS = 32
+# The first wait before a request is sent again after a transport failure; it doubles each time,
+# jittered so that pages a dropped batch of connections lost are not all sent in one burst.
+RETRY_BACKOFF_S = 0.5
+
+
+def backoff_s(retry: int) -> float:
+    """The wait before the `retry`-th retry of a request (1-based): 0.5, 1, 2, ... s ± 50 %."""
+    return RETRY_BACKOFF_S * 2 ** (retry - 1) * random.uniform(0.5, 1.5)
 
 
 def as_valid_json(text: str, schema: dict[str, Any]) -> tuple[str, str | None]:
@@ -59,6 +69,10 @@ class ServerHandle(Protocol):
         """Make the server ready; returns facts about it for the engine facts."""
         ...
 
+    async def ready(self) -> dict[str, Any]:
+        """The engine served its warm-up page; returns facts of what that settled."""
+        ...
+
     async def gone_after_error(self) -> bool:
         """After a failed request: is the server gone for good?"""
         ...
@@ -80,10 +94,13 @@ class ExternalServer:
 
     def __init__(self, base_url: str | None) -> None:
         if not base_url:
-            raise ValueError("ENGINE=openai needs OPENAI_BASE_URL (the server's base URL)")
+            raise ConfigError("ENGINE=openai needs OPENAI_BASE_URL (the server's base URL)")
         self.base_url = base_url
 
     async def start(self) -> dict[str, Any]:
+        return {}
+
+    async def ready(self) -> dict[str, Any]:
         return {}
 
     async def gone_after_error(self) -> bool:
@@ -233,6 +250,7 @@ class VlmEngine:
         details["warmup_finish_reason"] = answer.finish_reason
         details["warmup_prompt_tokens"] = answer.prompt_tokens
         details["thinking_checked"] = "the warm-up answer carried no reasoning"
+        server_facts |= await self.server.ready()
         if server_facts:
             self.facts.version = server_facts.pop("vllm_version", None) or "unknown"
             kernel = server_facts.get("gdn_prefill_kernel")
@@ -264,8 +282,8 @@ class VlmEngine:
         *,
         max_tokens: int | None = None,
     ) -> Completion:
-        """One request for one page; a fatal EngineError when the server is gone."""
-        assert self.client is not None, "the engine was not started"
+        """One request for one page (sent again after a transport failure); a fatal
+        EngineError when the server is gone."""
         exact = self.options.exact_output_tokens
         content = self.family.content(ChatClient.image_url(png), prompt)
         body = ChatClient.request_body(
@@ -278,12 +296,34 @@ class VlmEngine:
             ignore_eos=bool(exact) and max_tokens is None,
             schema=prompt.schema,
         )
-        try:
-            return await self.client.complete(body)
-        except EngineError as exc:
+        return await self.send(body)
+
+    async def send(self, body: dict[str, Any]) -> Completion:
+        """Send one page's request; send it again after a transport failure while the server
+        is up, retries remain and the request's time (REQUEST_TIMEOUT_S) lasts. A fatal
+        EngineError when the server is gone; otherwise the last failure with its tries."""
+        assert self.client is not None, "the engine was not started"
+        deadline = time.monotonic() + self.settings.request_timeout_s
+        tries = 0
+        while True:
+            tries += 1
+            try:
+                answer = await self.client.complete(body, timeout_s=deadline - time.monotonic())
+            except EngineError as exc:
+                failure = exc
+            else:
+                answer.tries = tries
+                return answer
             if await self.server.gone_after_error():
-                raise EngineError(str(self.server.failure or exc), fatal=True) from None
-            raise
+                reason = self.server.failure or failure
+                raise EngineError(str(reason), fatal=True, tries=tries) from None
+            wait = backoff_s(tries)
+            retry = isinstance(failure, TransportError) and tries <= self.settings.transport_retries
+            if not retry or time.monotonic() + wait >= deadline:
+                note = f" ({tries} tries)" if isinstance(failure, TransportError) else ""
+                raise EngineError(f"{failure}{note}", tries=tries) from None
+            log.info("page request lost (%s); sending it again in %.1f s", failure, wait)
+            await asyncio.sleep(wait)
 
     async def recognize(self, page: PageImage, prompt: Prompt) -> Recognition:
         """Ask, and ask again up the ladder while the answer stops by length or repetition, is
@@ -293,12 +333,17 @@ class VlmEngine:
             raise EngineError(self.failure, fatal=True)
         t0 = time.perf_counter()
         best, reason, why = "", None, ""
-        output_tokens = 0
+        output_tokens = tries = 0
         prompt_tokens = None
         exact = self.options.exact_output_tokens
         where = Page(page.width, page.height, page.pdf_size)
         for n, attempt in enumerate(self.attempts, 1):
-            answer = await self.ask(page.png, prompt, attempt, seed=n)
+            try:
+                answer = await self.ask(page.png, prompt, attempt, seed=n)
+            except EngineError as exc:
+                exc.tries += tries  # the page's earlier attempts count too
+                raise
+            tries += answer.tries
             text = strip_think(answer.text)
             output_tokens += answer.output_tokens or 0
             prompt_tokens = answer.prompt_tokens
@@ -317,6 +362,7 @@ class VlmEngine:
                     text=reading.text,
                     finish_reason=reason,
                     attempts=n,
+                    tries=tries,
                     prompt_tokens=prompt_tokens,
                     output_tokens=output_tokens,
                     seconds=time.perf_counter() - t0,
@@ -338,6 +384,7 @@ class VlmEngine:
             ok=False,
             finish_reason=reason,
             attempts=len(self.attempts),
+            tries=tries,
             prompt_tokens=prompt_tokens,
             output_tokens=output_tokens,
             seconds=time.perf_counter() - t0,

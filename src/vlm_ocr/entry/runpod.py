@@ -2,7 +2,7 @@
 
 Cold start: parse settings, start the engine and warm it with a real rendered page, then hand
 jobs to the worker. One worker takes up to MAX_CONCURRENT_JOBS jobs at once; their pages share
-the engine. See README.md for the job input and result.
+the engine. See docs/job.md for the job input and result.
 
 On RunPod (and under the SDK's local API server) the handler streams: each page's outcome is
 yielded the moment it is stored (`PageItem`), and the last item is the whole job result
@@ -26,8 +26,7 @@ import runpod
 
 from ..contract import JobResult, PageItem, final_item
 from ..errors import ConfigError
-from ..pipeline.assemble import build_worker
-from ..pipeline.worker import Worker
+from ..pipeline.worker import Worker, build_worker
 from ..settings import Settings
 from .runtime import Finished, WorkerLoop
 
@@ -136,13 +135,20 @@ def stop_on_signals(worker: Worker) -> None:
 
 
 def main() -> None:
-    settings = Settings.from_env(os.environ)
+    try:
+        settings: Settings | None = Settings.from_env(os.environ)
+    except ConfigError as exc:
+        settings, refusal = None, exc
     # force: importing runpod has configured the root logger already, which would ignore ours
     logging.basicConfig(
-        level=settings.job.log_level,
+        level=settings.job.log_level if settings else "INFO",
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         force=True,
     )
+    if settings is None:  # a value no job can run with: say which to every job, and stay up
+        log.error("this worker cannot run jobs with its settings: %s", refusal)
+        runpod.serverless.start({"handler": refuse_all(str(refusal))})
+        return
     loop = WorkerLoop()
     try:
         worker = build_worker(settings)

@@ -1,18 +1,51 @@
-"""A Worker from settings: which engine, which store. Used by the RunPod entry and the tools."""
+"""A worker's parts, built once, here, from its settings: the store, the render processes, the
+CPU engine's models, the rendering, a page's stages and their sequence, the whole-document pass
+and the job runner. Every part is handed what it uses and nothing more; the worker
+(`worker.py`) only holds them, starts and ends them, and lets jobs in."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..engines.base import Engine
-from ..engines.factory import make_engine
+from ..errors import ConfigError
 from ..settings import Settings
 from ..storage import Bucket, BucketInputs, LocalStore, S3Store, Store
+from .cpu_models import CpuModels
 from .cpu_pool import CpuPool
-from .worker import Worker
+from .job import JobLimits, JobRunner
+from .page import PageSequence
+from .sources import Rendering
+from .stages.fetch_render import FetchRender
+from .stages.layout import Layout
+from .stages.recognize import Recognize
+from .stages.reuse import Reuse
+from .stages.second_opinion import SecondOpinion
+from .stages.store import StoreText
+from .stages.upright import Upright
+from .whole_document import WholeDocument
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Parts:
+    """What a worker is made of, besides its engine and store."""
+
+    #: the render processes (decode, render, crop, the searchable PDF's pages)
+    pool: CpuPool
+    #: the pool was made here, so the worker starts and ends it (else its owner does)
+    own_pool: bool
+    cpu_models: CpuModels
+    #: pages at the engine at once, across jobs
+    engine_slots: int
+    #: rendered pages held at once, across jobs: those at the engine and a few ready to go
+    rendered_slots: int
+    pages: PageSequence
+    jobs: JobRunner
 
 
 def make_store(
@@ -23,27 +56,103 @@ def make_store(
     bucket whenever one is configured."""
     bucket_settings = settings.bucket
     if not bucket_settings.configured:
-        return LocalStore(out_dir or settings.job.output_dir), None
+        return local_store(out_dir, settings), None
     bucket = Bucket.from_settings(bucket_settings)
     if out_dir is not None:
-        return LocalStore(out_dir), BucketInputs(bucket)
+        return local_store(out_dir, settings), BucketInputs(bucket)
     log.info("store: s3://%s/%s", bucket_settings.bucket_name, bucket_settings.bucket_prefix)
     return S3Store.from_settings(bucket_settings, bucket), BucketInputs(bucket)
 
 
-def build_worker(
+def local_store(out_dir: Path | None, settings: Settings) -> LocalStore:
+    """The results folder, made now: one that cannot be written refuses every job at start,
+    not each page as it is stored."""
+    root = out_dir or settings.job.output_dir
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        probe = root / ".write-check"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except (OSError, ValueError) as exc:
+        name = "the results folder" if out_dir else "OUTPUT_DIR"
+        raise ConfigError(
+            f"{name}={str(root)!r}: it cannot be written ({exc}); accepted: a folder this "
+            "worker may create and write to, or bucket settings (BUCKET_NAME and its keys)"
+        ) from None
+    return LocalStore(root)
+
+
+def assemble(
     settings: Settings,
-    engine: Engine | None = None,
-    out_dir: Path | None = None,
+    engine: Engine,
+    store: Store,
     *,
+    inputs: BucketInputs | None = None,
     pool: CpuPool | None = None,
-) -> Worker:
-    """The worker the settings describe (its engine not started yet)."""
-    store, inputs = make_store(settings, out_dir)
-    return Worker(settings, engine or make_engine(settings), store, inputs=inputs, pool=pool)
+) -> Parts:
+    """The parts for this engine and store (`pool`: render processes someone else owns)."""
+    render = settings.render
+    own_pool = pool is None
+    pool = pool or CpuPool(render.render_processes, memory_limit_mb=render.render_memory_mb)
+    rendering = Rendering(pool, render)
+    cpu_models = CpuModels(
+        settings.cpu_models.cpu_model_processes,
+        timeout_s=render.render_timeout_s,
+        layout=settings.cpu_models.cpu_layout,
+    )
+    engine_slots = settings.job.max_concurrent_pages or engine.default_concurrency
+    rendered_slots = engine_slots + 2 * pool.size
+    pages = page_sequence(
+        settings, engine, store, rendering, cpu_models, slots=(engine_slots, rendered_slots)
+    )
+    limits = JobLimits(
+        max_pixels=render.max_pixels,
+        max_pages=settings.job.max_pages_per_job,
+        # by default a job may fill the engine and keep renders and uploads going beside it
+        pages_at_once=settings.job.job_max_concurrent_pages or rendered_slots,
+        engine_slots=engine_slots,
+        second_opinion=settings.cpu_models.second_opinion,
+        fetch=settings.fetch,
+    )
+    jobs = JobRunner(
+        engine=engine,
+        store=store,
+        inputs=inputs,
+        rendering=rendering,
+        pages=pages,
+        whole=WholeDocument(store, pool, timeout_s=render.render_timeout_s),
+        limits=limits,
+    )
+    return Parts(pool, own_pool, cpu_models, engine_slots, rendered_slots, pages, jobs)
 
 
-async def start_worker(settings: Settings, out_dir: Path | None = None) -> Worker:
-    worker = build_worker(settings, out_dir=out_dir)
-    await worker.start()
-    return worker
+def page_sequence(
+    settings: Settings,
+    engine: Engine,
+    store: Store,
+    rendering: Rendering,
+    cpu_models: CpuModels,
+    *,
+    slots: tuple[int, int],
+) -> PageSequence:
+    """A page's stages, in the order they run, each given what it uses; `slots`: the pages at
+    the engine at once and the rendered pages held at once, across jobs."""
+    engine_slots, rendered_slots = slots
+    models = settings.cpu_models
+    return PageSequence(
+        render=FetchRender(),
+        upright=Upright(cpu_models, enabled=models.auto_rotate),
+        reuse=Reuse(store),
+        recognize=Recognize(engine, asyncio.Semaphore(engine_slots), rendering),
+        layout=Layout(rendering, blocks_source(engine)),
+        store=StoreText(store),
+        second_opinion=SecondOpinion(
+            cpu_models, store, min_agreement=models.second_opinion_min_agreement
+        ),
+        rendered_slots=asyncio.Semaphore(rendered_slots),
+    )
+
+
+def blocks_source(engine: Engine) -> str:
+    """Who finds a page's blocks, for its blocks file: the model's family, or the engine."""
+    return engine.family.name if engine.family is not None else engine.facts.name

@@ -1,12 +1,18 @@
-"""One job, top to bottom.
+"""One job, top to bottom, in four steps:
 
-    job input ─► JobInput ─► the prompt and the fingerprint ─► Document (PageRefs)
-        ─► every page through its stages, concurrently (`page.PageSequence`) ─► PageReports
-        ─► the pages together (`whole_document`: running heads, document.md, searchable PDF)
-        ─► verdict (from the page reports and what stopped the job) ─► manifest ─► JobResult
+    prepare: job input ─► the prompt and the fingerprint ─► Document (PageRefs) ─► JobContext
+    run the pages: every page through its stages, concurrently (`page.PageSequence`)
+        ─► PageReports ─► the pages together (`whole_document`: running heads, document.md,
+        searchable PDF)
+    result: verdict (from the page reports and what stopped the job) ─► JobResult
+    publish: the manifest stored ─► presigned URLs ─► the JobResult returned
 
 A job that cannot start (bad input, a prefix another job is writing, JSON asked of an engine
 that cannot answer it) is refused with a `JobResult` of the same shape as any failed job.
+
+A `JobRunner` is built once per worker (`assemble`) from the parts a job uses, named one by
+one: the engine, the store, the bucket inputs, the rendering, the page sequence, the
+whole-document pass and the limits the settings set.
 """
 
 from __future__ import annotations
@@ -16,147 +22,257 @@ import dataclasses
 import hashlib
 import json
 import time
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 from ..contract import JobInput, JobResult, PageReport, Totals, format_ranges
+from ..engines.base import Engine
 from ..errors import InputError, StorageError
 from ..images import BLANK_DETECTOR, Budget
 from ..prompts import Prompt
-from ..storage import JobKeys, put_json
-from .sources import JobFiles, load_document
+from ..settings import FetchSettings
+from ..storage import BucketInputs, JobKeys, Store, put_json
+from .page import PageSequence
+from .sources import Document, JobFiles, PageRef, Rendering, load_document
 from .state import JobContext, Progress
 from .verdict import verdict
-from .whole_document import finish
+from .whole_document import Finished, WholeDocument
 
 LAYOUT_VERSION = "1"  # blocks, figures, running heads: stored pages made otherwise are read again
 
-if TYPE_CHECKING:
-    from .worker import Worker
+
+@dataclass(frozen=True)
+class JobLimits:
+    """What bounds a job, read once from the settings."""
+
+    #: the worker's page budget (`MAX_PIXELS`), which the engine's budget is asked with
+    max_pixels: int
+    #: pages one job may select (`MAX_PAGES_PER_JOB`)
+    max_pages: int
+    #: pages of one job in flight at once
+    pages_at_once: int
+    #: pages at the engine across all jobs (the engine facts' `concurrency`)
+    engine_slots: int
+    #: whether a job that does not say gets the second opinion (`SECOND_OPINION`)
+    second_opinion: bool
+    #: what a job's inputs may take to fetch
+    fetch: FetchSettings
 
 
-async def run_job(
-    worker: Worker, job_id: str, job: JobInput, keys: JobKeys, progress: Progress | None
-) -> JobResult:
-    t0 = time.perf_counter()
-    settings, engine = worker.settings, worker.engine
-    if job.json_schema is not None and not engine.facts.json_output:
-        return worker.refuse(
-            job_id,
-            f"input.json_schema: the {engine.facts.name} engine reads text and cannot answer "
-            "JSON; run JSON jobs on the GPU engine (ENGINE=vllm or openai)",
+@dataclass
+class Prepared:
+    """A job ready to run its pages: what it reads them with, and where they are."""
+
+    job_id: str
+    input: JobInput
+    keys: JobKeys
+    prompt: Prompt
+    fingerprint: dict[str, Any]
+    document: Document
+    context: JobContext
+    started: float
+    loaded: float
+    recognized: float = 0.0
+
+
+class JobRunner:
+    def __init__(
+        self,
+        *,
+        engine: Engine,
+        store: Store,
+        inputs: BucketInputs | None,
+        rendering: Rendering,
+        pages: PageSequence,
+        whole: WholeDocument,
+        limits: JobLimits,
+    ) -> None:
+        self.engine = engine
+        self.store = store
+        self.inputs = inputs
+        self.rendering = rendering
+        self.pages = pages
+        self.whole = whole
+        self.limits = limits
+
+    async def run(
+        self, job_id: str, job: JobInput, keys: JobKeys, progress: Progress | None = None
+    ) -> JobResult:
+        ready = await self.prepare(job_id, job, keys, progress)
+        if isinstance(ready, JobResult):
+            return ready
+        try:
+            pages = await self.run_pages(ready)
+            whole = await self.whole.finish(job, keys, ready.document, ready.context, pages)
+        finally:
+            ready.document.close()
+        return await self.publish(ready, whole)
+
+    def engine_facts(self) -> dict[str, Any]:
+        facts = self.engine.facts
+        return {
+            "name": facts.name,
+            "version": facts.version,
+            "model": facts.model,
+            "revision": facts.revision,
+            "concurrency": self.limits.engine_slots,
+            **facts.details,
+        }
+
+    def refuse(self, job_id: str, error: str) -> JobResult:
+        return JobResult.refused(job_id, error, self.engine_facts())
+
+    # --- the steps ------------------------------------------------------------------------------
+
+    async def prepare(
+        self, job_id: str, job: JobInput, keys: JobKeys, progress: Progress | None
+    ) -> Prepared | JobResult:
+        """The job's prompt, fingerprint, pages and context; or its refusal."""
+        t0 = time.perf_counter()
+        engine, limits = self.engine, self.limits
+        if job.json_schema is not None and not engine.facts.json_output:
+            return self.refuse(
+                job_id,
+                f"input.json_schema: the {engine.facts.name} engine reads text and cannot answer "
+                "JSON; run JSON jobs on the GPU engine (ENGINE=vllm or openai)",
+            )
+        try:
+            prompt = engine.prompt_for(job.prompt, job.custom_prompt, job.json_schema)
+            document = await load_document(
+                job,
+                page_budget(engine.budget(limits.max_pixels), job),
+                JobFiles(limits.fetch, self.inputs),
+                self.rendering,
+                max_pages=limits.max_pages,
+            )
+        except InputError as exc:
+            return self.refuse(job_id, str(exc))
+        loaded = time.perf_counter()
+        fingerprint = fingerprint_of(engine, prompt, job)
+        context = JobContext(
+            input=job,
+            keys=keys,
+            prompt=prompt,
+            fingerprint_id=_digest(fingerprint),
+            # a second reading of the page's text says nothing about JSON extracted from it
+            second_opinion=job.json_schema is None
+            and (limits.second_opinion if job.second_opinion is None else job.second_opinion),
+            total=len(document.pages),
+            engine_failure=lambda: engine.failure,
+            progress=progress,
         )
-    try:
-        prompt = engine.prompt_for(job.prompt, job.custom_prompt, job.json_schema)
-    except InputError as exc:
-        return worker.refuse(job_id, str(exc))
-    # the blank-page detector decides some texts too (empty ones), and the layout the rest
-    fingerprint = engine.fingerprint(prompt) | {"blank_detector": BLANK_DETECTOR}
-    if job.json_schema is None:
-        fingerprint |= {"layout": LAYOUT_VERSION, "headers_footers": job.headers_footers}
-    try:
-        document = await load_document(
-            job,
-            page_budget(engine.budget(settings.render.max_pixels), job),
-            JobFiles(settings.fetch, worker.inputs),
-            worker.rendering,
-            max_pages=settings.job.max_pages_per_job,
-        )
-    except InputError as exc:
-        return worker.refuse(job_id, str(exc))
-    loaded = time.perf_counter()
+        if job.searchable_pdf and job.images is not None:
+            context.keep_images = document.files.dir / "pages"
+            context.keep_images.mkdir()
+        return Prepared(job_id, job, keys, prompt, fingerprint, document, context, t0, loaded)
 
-    context = JobContext(
-        input=job,
-        keys=keys,
-        prompt=prompt,
-        fingerprint_id=_digest(fingerprint),
-        # a second reading of the page's text says nothing about JSON extracted from it
-        second_opinion=job.json_schema is None
-        and (
-            settings.cpu_models.second_opinion if job.second_opinion is None else job.second_opinion
-        ),
-        total=len(document.pages),
-        engine_failure=lambda: engine.failure,
-        progress=progress,
-    )
-    # By default a job may fill the engine and keep renders and uploads going beside it.
-    job_slots = asyncio.Semaphore(settings.job.job_max_concurrent_pages or worker.rendered_slots)
+    async def run_pages(self, ready: Prepared) -> list[PageReport]:
+        """Every page through its stages, a job's share of them in flight at once."""
+        job_slots = asyncio.Semaphore(self.limits.pages_at_once)
 
-    async def bounded(ref: Any) -> PageReport:
-        async with job_slots:
-            return await worker.pages.run(ref, context)
+        async def bounded(ref: PageRef) -> PageReport:
+            async with job_slots:
+                return await self.pages.run(ref, ready.context)
 
-    if job.searchable_pdf and job.images is not None:
-        context.keep_images = document.files.dir / "pages"
-        context.keep_images.mkdir()
-    try:
-        pages = sorted(
-            await asyncio.gather(*(bounded(ref) for ref in document.pages)),
-            key=lambda p: p.page,
-        )
-        recognized = time.perf_counter()
-        whole = await finish(worker, job, keys, document, context, pages)
-    finally:
-        document.close()
-    pages = whole.pages
+        reports = await asyncio.gather(*(bounded(ref) for ref in ready.document.pages))
+        ready.recognized = time.perf_counter()
+        return sorted(reports, key=lambda p: p.page)
 
-    def result(manifest_error: str | None = None) -> JobResult:
+    def result(
+        self, ready: Prepared, whole: Finished, manifest_error: str | None = None
+    ) -> JobResult:
+        """The job's result from its pages and what stopped it (the manifest says the same)."""
+        pages, document, keys = whole.pages, ready.document, ready.keys
+        problems = document.problems + whole.problems
         judged = verdict(
             pages,
-            problems=document.problems + whole.problems,
-            stop=context.stop,
-            engine_failure=engine.failure,
+            problems=problems,
+            stop=ready.context.stop,
+            engine_failure=self.engine.failure,
             manifest_error=manifest_error,
         )
+        timings = {
+            "load_s": round(ready.loaded - ready.started, 3),
+            "pages_s": round(ready.recognized - ready.loaded, 3),
+        }
         return JobResult(
-            job_id=job_id,
+            job_id=ready.job_id,
             status=judged.status,
             error=judged.error,
             retry=judged.retry,
             refresh_worker=judged.refresh_worker,
-            store=worker.store.kind,
+            store=self.store.kind,
             prefix=keys.prefix,
             manifest_key=None if manifest_error else keys.manifest,
             document_key=whole.document_key,
             searchable_pdf_key=whole.searchable_pdf_key,
             pages=pages,
             totals=Totals.of(pages),
-            timings={"load_s": round(loaded - t0, 3), "pages_s": round(recognized - loaded, 3)}
-            | whole.timings,
-            engine=worker.engine_facts(),
-            fingerprint={**fingerprint, "id": context.fingerprint_id},
-            notes=_notes(worker, job, prompt) + document.notes + whole.notes + _review_note(pages),
-            errors=document.problems
-            + whole.problems
-            + [f"page {p.page}: {p.error}" for p in pages if p.error],
+            timings=timings | whole.timings,
+            engine=self.engine_facts(),
+            fingerprint={**ready.fingerprint, "id": ready.context.fingerprint_id},
+            notes=self._notes(ready.input, ready.prompt)
+            + document.notes
+            + whole.notes
+            + _review_note(pages),
+            errors=problems + [f"page {p.page}: {p.error}" for p in pages if p.error],
         )
 
-    # The manifest says what the result says; if it cannot be written, the result says that.
-    manifest = result()
-    t_manifest = time.perf_counter()
-    try:
-        await put_json(worker.store, keys.manifest, manifest.manifest())
-    except StorageError as exc:
-        final = result(manifest_error=str(exc))
-    else:
-        final = manifest
-    timings = final.timings | {
-        "manifest_s": round(time.perf_counter() - t_manifest, 4),
-        "total_s": round(time.perf_counter() - t0, 3),
-    }
-    if not (final.manifest_key and job.presign_urls):
-        return final.model_copy(update={"timings": timings})
-    presign = worker.store.presign
-    return final.model_copy(
-        update={
-            "manifest_url": await presign(final.manifest_key),
-            "pages": [
-                p.model_copy(update={"url": await presign(p.key)}) if p.key else p
-                for p in final.pages
-            ],
-            "timings": timings,
+    async def publish(self, ready: Prepared, whole: Finished) -> JobResult:
+        """Store the manifest (if it cannot be, the result says so), then presign the keys."""
+        manifest = self.result(ready, whole)
+        t_manifest = time.perf_counter()
+        try:
+            await put_json(self.store, ready.keys.manifest, manifest.manifest())
+        except StorageError as exc:
+            final = self.result(ready, whole, manifest_error=str(exc))
+        else:
+            final = manifest
+        timings = final.timings | {
+            "manifest_s": round(time.perf_counter() - t_manifest, 4),
+            "total_s": round(time.perf_counter() - ready.started, 3),
         }
-    )
+        if not (final.manifest_key and ready.input.presign_urls):
+            return final.model_copy(update={"timings": timings})
+        presign = self.store.presign
+        return final.model_copy(
+            update={
+                "manifest_url": await presign(final.manifest_key),
+                "pages": [
+                    p.model_copy(update={"url": await presign(p.key)}) if p.key else p
+                    for p in final.pages
+                ],
+                "timings": timings,
+            }
+        )
+
+    def _notes(self, job: JobInput, prompt: Prompt) -> list[str]:
+        notes = []
+        top = self.engine.budget(self.limits.max_pixels).max_pixels
+        if job.max_pixels and job.max_pixels > top:
+            notes.append(
+                f"max_pixels {job.max_pixels:,} is above this worker's page budget ({top:,} "
+                "pixels, MAX_PIXELS or its model family's own), which the engine was started "
+                "with; pages were rendered within it (raise MAX_PIXELS on the endpoint for "
+                "larger pages)"
+            )
+        facts = self.engine.facts
+        if not facts.uses_prompt:
+            notes.append(
+                f"the {facts.name} engine reads no prompt; "
+                f"prompt {prompt.name!r} (version {prompt.version}) was not used"
+            )
+        return notes
+
+
+def fingerprint_of(engine: Engine, prompt: Prompt, job: JobInput) -> dict[str, Any]:
+    """What decides a page's text besides its pixels: a stored text is reused only when this
+    matches. The blank-page detector decides some texts too (empty ones), and the layout the
+    rest."""
+    fingerprint = engine.fingerprint(prompt) | {"blank_detector": BLANK_DETECTOR}
+    if job.json_schema is None:
+        fingerprint |= {"layout": LAYOUT_VERSION, "headers_footers": job.headers_footers}
+    return fingerprint
 
 
 def page_budget(budget: Budget, job: JobInput) -> Budget:
@@ -171,24 +287,6 @@ def page_budget(budget: Budget, job: JobInput) -> Budget:
         max_pixels=min(job.max_pixels or budget.max_pixels, budget.max_pixels),
         max_side=min(sides) if sides else None,
     )
-
-
-def _notes(worker: Worker, job: JobInput, prompt: Prompt) -> list[str]:
-    notes = []
-    top = worker.engine.budget(worker.settings.render.max_pixels).max_pixels
-    if job.max_pixels and job.max_pixels > top:
-        notes.append(
-            f"max_pixels {job.max_pixels:,} is above this worker's page budget ({top:,} pixels, "
-            "MAX_PIXELS or its model family's own), which the engine was started with; pages "
-            "were rendered within it (raise MAX_PIXELS on the endpoint for larger pages)"
-        )
-    facts = worker.engine.facts
-    if not facts.uses_prompt:
-        notes.append(
-            f"the {facts.name} engine reads no prompt; "
-            f"prompt {prompt.name!r} (version {prompt.version}) was not used"
-        )
-    return notes
 
 
 def _review_note(pages: list[PageReport]) -> list[str]:

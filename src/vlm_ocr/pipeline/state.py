@@ -114,6 +114,8 @@ class Opinion:
     agreement: float | None
     review: bool
     differences: list[str]
+    #: where the CPU engine's reading is stored, once written
+    key: str | None = None
 
 
 @dataclass
@@ -128,6 +130,7 @@ class PageWork:
     turn: int | None = None  # upright: the clockwise turn applied, None when not told
     stored: StoredText | None = None  # reuse
     recognition: Recognition | None = None  # recognize
+    tries: int = 0  # recognize: requests sent to the engine's server, transport retries included
     read_image: PageImage | None = None  # recognize: the page as the engine read it (turned)
     layout: PageLayout | None = None  # layout: its blocks, figures and Markdown
     fallback: str | None = None  # store: why the page's own text layer was stored instead
@@ -193,6 +196,7 @@ class PageWork:
             height=image.height if image else None,
             finish_reason=rec.finish_reason if rec else None,
             attempts=rec.attempts if rec else 0,
+            tries=self.tries or None,
             prompt_tokens=rec.prompt_tokens if rec else None,
             output_tokens=rec.output_tokens if rec else None,
             timings=self.timings,
@@ -209,4 +213,5 @@ class PageWork:
             agreement=opinion.agreement if opinion else None,
             review=opinion.review if opinion else None,
             differences=opinion.differences if opinion else None,
+            second_key=opinion.key if opinion else None,
         )

@@ -11,18 +11,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from .. import document
 from ..contract import JobInput, PageReport
 from ..errors import PageError, StorageError
 from ..storage import PLAIN_TYPE, TEXT_TYPE, JobKeys, Store
 from . import running_heads, searchable
+from .cpu_pool import CpuPool
 from .sources import Document
 from .state import JobContext
-
-if TYPE_CHECKING:
-    from .worker import Worker
 
 
 @dataclass
@@ -35,56 +32,69 @@ class Finished:
     timings: dict[str, float] = field(default_factory=dict)
 
 
-async def finish(
-    worker: Worker,
-    job: JobInput,
-    keys: JobKeys,
-    doc: Document,
-    context: JobContext,
-    pages: list[PageReport],
-) -> Finished:
-    out = Finished(pages)
-    if context.stop is not None or context.json:
-        return out  # a job the store or the engine stopped is submitted again to finish
-    store = worker.store
-    t0 = time.perf_counter()
-    if context.edges:
-        out.pages, notes = await running_heads.apply(
-            store, out.pages, context.edges, job.headers_footers
-        )
-        out.notes += notes
-    t1 = time.perf_counter()
-    out.timings["running_heads_s"] = round(t1 - t0, 3)
-    if doc.whole:
-        try:
-            out.document_key = await write_document(store, keys, out.pages)
-        except StorageError as exc:
-            out.problems.append(f"document.md: not stored ({exc})")
-        out.timings["document_s"] = round(time.perf_counter() - t1, 3)
-    if job.searchable_pdf:
-        t2 = time.perf_counter()
+class WholeDocument:
+    """The pass over a job's pages together: it reads and writes the store, and makes the
+    searchable PDF's pages in the render processes, each within the render time limit."""
+
+    def __init__(self, store: Store, pool: CpuPool, *, timeout_s: float) -> None:
+        self.store = store
+        self.pool = pool
+        self.timeout_s = timeout_s
+
+    async def finish(
+        self,
+        job: JobInput,
+        keys: JobKeys,
+        doc: Document,
+        context: JobContext,
+        pages: list[PageReport],
+    ) -> Finished:
+        out = Finished(pages)
+        if context.stop is not None or context.json:
+            return out  # a job the store or the engine stopped is submitted again to finish
+        t0 = time.perf_counter()
+        if context.edges:
+            out.pages, notes = await running_heads.apply(
+                self.store, out.pages, context.edges, job.headers_footers
+            )
+            out.notes += notes
+        t1 = time.perf_counter()
+        out.timings["running_heads_s"] = round(t1 - t0, 3)
+        if doc.whole:
+            try:
+                out.document_key = await write_document(self.store, keys, out.pages)
+            except StorageError as exc:
+                out.problems.append(f"document.md: not stored ({exc})")
+            out.timings["document_s"] = round(time.perf_counter() - t1, 3)
+        if job.searchable_pdf:
+            t2 = time.perf_counter()
+            await self._searchable_pdf(out, keys, doc, context)
+            out.timings["searchable_pdf_s"] = round(time.perf_counter() - t2, 3)
+        return out
+
+    async def _searchable_pdf(
+        self, out: Finished, keys: JobKeys, doc: Document, context: JobContext
+    ) -> None:
         try:
             made = await searchable.make(
-                worker.pool,
-                store,
+                self.pool,
+                self.store,
                 keys.searchable_pdf,
                 out.pages,
                 source_pdf=doc.pdf_path,
                 images=context.keep_images,
                 work=doc.files.dir,
-                timeout_s=worker.settings.render.render_timeout_s,
+                timeout_s=self.timeout_s,
             )
         except (PageError, StorageError, ValueError) as exc:  # ValueError: a foreign blocks file
             out.problems.append(f"input.searchable_pdf: no searchable PDF was made ({exc})")
-        else:
-            out.searchable_pdf_key = made.key
-            kept = f"; {made.kept} pages kept their own text layer" if made.kept else ""
-            out.notes.append(
-                f"searchable PDF: {made.overlaid} pages got a text layer{kept} "
-                f"({made.size / 1e6:.2f} MB)"
-            )
-        out.timings["searchable_pdf_s"] = round(time.perf_counter() - t2, 3)
-    return out
+            return
+        out.searchable_pdf_key = made.key
+        kept = f"; {made.kept} pages kept their own text layer" if made.kept else ""
+        out.notes.append(
+            f"searchable PDF: {made.overlaid} pages got a text layer{kept} "
+            f"({made.size / 1e6:.2f} MB)"
+        )
 
 
 async def write_document(store: Store, keys: JobKeys, pages: list[PageReport]) -> str:

@@ -1,39 +1,30 @@
 """The worker: what lives from cold start to shutdown, and the door jobs come in by.
 
-It holds the started engine, the store, the render processes and the CPU engine's models, and
-the gates all jobs' pages share: pages at the engine (so concurrent jobs keep it batched) and
-rendered pages held at once (so memory follows the engine's size). Each job runs as `job.run_job`
-says, its pages as `page.PageSequence` says.
+It holds the started engine, the store and the parts `assemble` built from the settings (the
+render processes, the CPU engine's models, the page sequence with the gates all jobs' pages
+share, the job runner). It starts and ends them, and lets a job in once its input parses and no
+other job on the worker writes its prefix; each job then runs as `job.JobRunner` says.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
+from pathlib import Path
 from typing import Any
 
 from .. import samples
 from ..contract import JobInput, JobResult
 from ..engines.base import Engine
+from ..engines.factory import make_engine
 from ..errors import InputError
 from ..images import Budget, PageImage
 from ..settings import Settings
-from ..storage import BucketInputs, JobKeys, Store
-from .cpu_models import CpuModels
+from ..storage import JobKeys, Store
+from .assemble import Parts, assemble, make_store
 from .cpu_pool import CpuPool
-from .job import run_job
-from .page import PageSequence
 from .render import pdf_page_image
-from .sources import Rendering
-from .stages.fetch_render import FetchRender
-from .stages.layout import Layout
-from .stages.recognize import Recognize
-from .stages.reuse import Reuse
-from .stages.second_opinion import SecondOpinion
-from .stages.store import StoreText
-from .stages.upright import Upright
 from .state import Progress
 
 log = logging.getLogger(__name__)
@@ -42,45 +33,15 @@ log = logging.getLogger(__name__)
 class Worker:
     """Runs jobs, several at once, on one started engine."""
 
-    def __init__(
-        self,
-        settings: Settings,
-        engine: Engine,
-        store: Store,
-        *,
-        inputs: BucketInputs | None = None,
-        pool: CpuPool | None = None,
-    ) -> None:
+    def __init__(self, settings: Settings, engine: Engine, store: Store, parts: Parts) -> None:
         self.settings = settings
         self.engine = engine
         self.store = store
-        self.inputs = inputs
-        self._own_pool = pool is None
-        render = settings.render
-        self.pool = pool or CpuPool(
-            render.render_processes, memory_limit_mb=render.render_memory_mb
-        )
-        self.rendering = Rendering(self.pool, render)
-        self.cpu_models = CpuModels(
-            settings.cpu_models.cpu_model_processes,
-            timeout_s=render.render_timeout_s,
-            layout=settings.cpu_models.cpu_layout,
-        )
-        self.engine_slots = settings.job.max_concurrent_pages or engine.default_concurrency
-        # Rendered pages held at once, across jobs: those at the engine and a few ready to go.
-        self.rendered_slots = self.engine_slots + 2 * self.pool.size
-        self.pages = PageSequence(
-            render=FetchRender(),
-            upright=Upright(self.cpu_models, enabled=settings.cpu_models.auto_rotate),
-            reuse=Reuse(store),
-            recognize=Recognize(engine, asyncio.Semaphore(self.engine_slots), self.rendering),
-            layout=Layout(self.rendering, blocks_source(engine)),
-            store=StoreText(store),
-            second_opinion=SecondOpinion(
-                self.cpu_models, min_agreement=settings.cpu_models.second_opinion_min_agreement
-            ),
-            rendered_slots=asyncio.Semaphore(self.rendered_slots),
-        )
+        self.parts = parts
+        self.pool = parts.pool
+        self.cpu_models = parts.cpu_models
+        self.engine_slots = parts.engine_slots
+        self.jobs = parts.jobs
         self._prefixes: set[str] = set()  # result prefixes of the jobs running now
 
     # --- cold start and shutdown ----------------------------------------------------------------
@@ -88,7 +49,7 @@ class Worker:
     async def start(self) -> None:
         """Start the CPU pool and the engine; check the engine with a real page before any job."""
         t0 = time.perf_counter()
-        if self._own_pool:
+        if self.parts.own_pool:
             await self.pool.start()
         await self.engine.start(warmup_page(self.engine.budget(self.settings.render.max_pixels)))
         log.info(
@@ -99,7 +60,7 @@ class Worker:
 
     async def close(self) -> None:
         await self.engine.close()
-        if self._own_pool:
+        if self.parts.own_pool:
             await self.pool.close()
         await self.cpu_models.close()
 
@@ -116,15 +77,7 @@ class Worker:
         return self.settings.job.max_concurrent_jobs * self.engine.replicas
 
     def engine_facts(self) -> dict[str, Any]:
-        facts = self.engine.facts
-        return {
-            "name": facts.name,
-            "version": facts.version,
-            "model": facts.model,
-            "revision": facts.revision,
-            "concurrency": self.engine_slots,
-            **facts.details,
-        }
+        return self.jobs.engine_facts()
 
     # --- jobs -----------------------------------------------------------------------------------
 
@@ -133,28 +86,43 @@ class Worker:
         try:
             job = JobInput.parse(raw_input, max_pages=self.settings.job.max_pages_per_job)
         except InputError as exc:
-            return self.refuse(job_id, str(exc))
+            return self.jobs.refuse(job_id, str(exc))
         prefix = self.store.key_prefix + (job.output_prefix or job_id)
         if prefix in self._prefixes:
-            return self.refuse(
+            return self.jobs.refuse(
                 job_id,
                 f"input.output_prefix: another job on this worker is writing {prefix!r} now; "
                 "wait for it to finish or use another prefix",
             )
         self._prefixes.add(prefix)
         try:
-            return await run_job(self, job_id, job, JobKeys(prefix), progress)
+            return await self.jobs.run(job_id, job, JobKeys(prefix), progress)
         finally:
             self._prefixes.discard(prefix)
 
-    def refuse(self, job_id: str, error: str) -> JobResult:
-        return JobResult.refused(job_id, error, self.engine_facts())
+
+def build_worker(
+    settings: Settings,
+    engine: Engine | None = None,
+    out_dir: Path | None = None,
+    *,
+    pool: CpuPool | None = None,
+    store: Store | None = None,
+) -> Worker:
+    """The worker the settings describe (its engine not started yet): the engine and the store
+    they select unless given, the rest built by `assemble`."""
+    inputs = None
+    if store is None:
+        store, inputs = make_store(settings, out_dir)
+    engine = engine or make_engine(settings)
+    parts = assemble(settings, engine, store, inputs=inputs, pool=pool)
+    return Worker(settings, engine, store, parts)
 
 
-def blocks_source(engine: Engine) -> str:
-    """Who finds a page's blocks, for its blocks file: the model's family, or the engine."""
-    family = getattr(engine, "family", None)
-    return getattr(family, "name", None) or engine.facts.name
+async def start_worker(settings: Settings, out_dir: Path | None = None) -> Worker:
+    worker = build_worker(settings, out_dir=out_dir)
+    await worker.start()
+    return worker
 
 
 def warmup_page(budget: Budget) -> PageImage:

@@ -2,9 +2,10 @@
 
 `FakeEngine` answers each page from a script, or with a text made from the page, or by asking a
 real engine it wraps (counting the calls). A script step is a text (a good answer), a
-`Recognition` (any outcome), or an exception (raised; a fatal `EngineError` marks the engine
-gone from then on, as a crashed server would). `hold(n)` keeps the n-th request waiting until
-`release()`, so a test can order events without a clock.
+`Recognition` (any outcome), an exception (raised; a fatal `EngineError` marks the engine
+gone from then on, as a crashed server would), or None (the engine it wraps answers that
+page). `hold(n)` keeps the n-th request waiting until `release()`, so a test can order events
+without a clock.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from ..images import Budget, PageImage
 from ..prompts import Prompt, resolve
 from ..storage import PageRecord
 
-Step = str | Recognition | Exception
+Step = str | Recognition | Exception | None
 Answer = Callable[[PageImage, Prompt], Step]
 
 
@@ -51,6 +52,7 @@ class FakeEngine:
                 name=name, version="1", uses_prompt=uses_prompt, json_output=json_output
             )
         )
+        self.family = wraps.family if wraps is not None else None
         self.default_concurrency = concurrency
         self.replicas = 1
         self.failure: str | None = None
@@ -83,15 +85,18 @@ class FakeEngine:
         held = self._held.get(self.calls)
         if held is not None:
             await held.wait()
-        if self.inner is not None:
+        scripted = self._script is not None or self._answer is not None
+        step = self._next(page, prompt) if scripted or self.inner is None else None
+        if step is None and self.inner is not None:
             return await self.inner.recognize(page, prompt)
-        step = self._next(page, prompt)
         if isinstance(step, EngineError) and step.fatal:
             self.failure = str(step)
         if isinstance(step, Exception):
             raise step
         if isinstance(step, Recognition):
             return step
+        if step is None:
+            raise AssertionError("a None step asks the engine FakeEngine wraps, and it wraps none")
         return Recognition(step, finish_reason="stop")
 
     def _next(self, page: PageImage, prompt: Prompt) -> Step:

@@ -9,20 +9,30 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import contextlib
+import json
 import os
+import re
+import resource
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from .. import samples
-from ..contract import JobResult
+from ..contract import JobResult, PageReport
 from ..engines.base import EngineOptions
 from ..engines.factory import make_engine
+from ..errors import EngineError
 from ..images import Budget, PageImage
-from ..pipeline.assemble import build_worker
-from ..pipeline.render import pdf_page_image
+from ..pipeline.render import render_pdf_page
+from ..pipeline.worker import build_worker
 from ..settings import Settings
 
 STAGES = (
@@ -60,47 +70,86 @@ def percentile(values: list[float], q: float) -> float:
 
 
 async def bench_main(settings: Settings, args: argparse.Namespace) -> int:
-    s3 = None
-    if args.loopback_s3:
-        from ..testing.loopback_s3 import LoopbackS3
+    """Run the passes (and the direct path), print the figures; 1 when any page failed."""
+    with contextlib.ExitStack() as stack:
+        if args.loopback_s3:
+            from ..testing.loopback_s3 import LoopbackS3
 
-        s3 = LoopbackS3()
-        settings = settings.with_(**s3.settings_update(s3.create_bucket("bench")))
-    try:
-        with tempfile.TemporaryDirectory(prefix="vlm-ocr-bench-") as tmp:
-            use_bucket = args.bucket or args.loopback_s3
-            out = None if use_bucket else (args.out or Path(tmp))
-            if use_bucket and not settings.bucket.configured:
-                print("vlm-ocr bench --bucket: set BUCKET_NAME and its credentials first")
-                return 2
-            t0 = time.perf_counter()
-            engine = make_engine(settings, EngineOptions(exact_output_tokens=args.output_tokens))
-            worker = build_worker(settings, engine, out_dir=out)
-            await worker.start()
-            cold_start = time.perf_counter() - t0
-            try:
-                # Later passes run on an engine that has seen the workload: a first pass slower
-                # than the next is start-up work the warm-up page did not do.
-                passes = [
-                    await run_bench(
-                        worker,
-                        pages=args.pages,
-                        jobs=args.jobs,
-                        second_opinion=args.second_opinion,
-                        series=n,
-                    )
-                    for n in range(args.passes)
-                ]
-                figures = passes[-1] | {"earlier_passes": passes[:-1]}
-                if args.direct:
+            s3 = LoopbackS3()
+            stack.callback(s3.stop)
+            settings = settings.with_(**s3.settings_update(s3.create_bucket("bench")))
+        soak = stack.enter_context(instant_engine(args)) if args.instant_engine else None
+        if soak is not None:
+            settings = settings.with_(engine="openai", openai_base_url=soak.url)
+        use_bucket = args.bucket or args.loopback_s3
+        if use_bucket and not settings.bucket.configured:
+            print("vlm-ocr bench --bucket: set BUCKET_NAME and its credentials first")
+            return 2
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="vlm-ocr-bench-"))
+        out = None if use_bucket else (args.out or Path(tmp))
+        t0 = time.perf_counter()
+        engine = make_engine(settings, EngineOptions(exact_output_tokens=args.output_tokens))
+        worker = build_worker(settings, engine, out_dir=out)
+        await worker.start()
+        cold_start = time.perf_counter() - t0
+        try:
+            # Later passes run on an engine that has seen the workload: a first pass slower
+            # than the next is start-up work the warm-up page did not do.
+            passes = [
+                await run_bench(
+                    worker,
+                    pages=args.pages,
+                    jobs=args.jobs,
+                    second_opinion=args.second_opinion,
+                    series=n,
+                )
+                for n in range(args.passes)
+            ]
+            figures = passes[-1] | {"earlier_passes": passes[:-1]}
+            if args.direct:
+                try:
                     figures["direct"] = await _direct(worker, args)
-            finally:
-                await worker.close()
-    finally:
-        if s3 is not None:
-            s3.stop()
-    print_report(figures, worker.engine_facts(), cold_start, worker.store.kind)
+                except EngineError as exc:  # the engine died: the passes' figures still count
+                    figures["direct"] = {"skipped": f"the engine failed: {exc}"}
+        finally:
+            await worker.close()
+        if soak is not None:
+            figures["instant_engine"] = soak.stats()
+    print_report(figures, worker.engine_facts(), cold_start, worker.store.kind, args.gpu_price)
     return 0 if all(p["failed"] == 0 for p in passes) else 1
+
+
+class SoakEngine:
+    """The soak's engine (`testing.instant_engine`) in a process of its own, so its threads
+    take neither the worker's interpreter nor its memory."""
+
+    def __init__(self, proc: subprocess.Popen[str], url: str) -> None:
+        self.proc, self.url = proc, url
+
+    def stats(self) -> dict[str, int]:
+        with urllib.request.urlopen(self.url + "/stats", timeout=10) as resp:
+            return dict(json.loads(resp.read()))
+
+
+@contextlib.contextmanager
+def instant_engine(args: argparse.Namespace) -> Iterator[SoakEngine]:
+    argv = [sys.executable, "-m", "vlm_ocr.testing.instant_engine", "--faults", str(args.faults)]
+    argv += ["--slow", str(args.slow), "--slow-s", str(args.slow_s)]
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        if not url.startswith("http://127.0.0.1:"):
+            raise RuntimeError(f"the instant engine did not start (it printed {url!r})")
+        yield SoakEngine(proc, url)
+    finally:
+        if proc.stdin is not None:
+            proc.stdin.close()  # its signal to end
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 class Timeline:
@@ -202,6 +251,13 @@ async def run_bench(
         "render_cpu_ms_per_page": 1000 * pool_cpu / max(1, len(page_reports)),
         "cpu_models_cpu_ms_per_page": 1000 * models_cpu / max(1, len(page_reports)),
         "review": sum(bool(p.review) for p in page_reports),
+        "failures": failure_reasons(page_reports)
+        + Counter(f"job: {r.error}" for r in results if not r.pages),
+        "sent_again": sum(resent(p) for p in page_reports),
+        "pages_sent_again": sum(resent(p) > 0 for p in page_reports),
+        # after every job's last step (the whole-document pass too): passes that stay level
+        # keep nothing of the pages they read
+        "peak_mb": peak_mb(),
         "timeline": timeline.figures(end),
         "stages": {
             s: {"p50": percentile(v, 50), "p95": percentile(v, 95), "mean": statistics.fmean(v)}
@@ -209,6 +265,24 @@ async def run_bench(
             if v
         },
     }
+
+
+def failure_reasons(pages: Sequence[PageReport]) -> Counter[str]:
+    """Failed pages by reason: the stage and the message, less the tries it took."""
+    return Counter(
+        f"{p.error_stage}: " + re.sub(r" \(\d+ tries\)", "", p.error or "")[:200]
+        for p in pages
+        if p.status == "failed"
+    )
+
+
+def resent(page: PageReport) -> int:
+    """Requests of a page sent again after a transport failure (tries beyond its attempts)."""
+    return max(0, (page.tries or 0) - max(page.attempts, 1))
+
+
+def peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 async def _direct(worker: Any, args: argparse.Namespace) -> dict[str, Any]:
@@ -221,7 +295,16 @@ async def _direct(worker: Any, args: argparse.Namespace) -> dict[str, Any]:
     count = args.pages * args.jobs
     pdf = samples.pdf_from_pages(samples.numbered_pages(count, first=args.passes * count + 1))
     budget = engine.budget(worker.settings.render.max_pixels)
-    pages = [pdf_page_image(pdf, n, budget) for n in range(1, count + 1)]
+    with tempfile.NamedTemporaryFile(suffix=".pdf") as fh:  # rendered in the worker's processes
+        fh.write(pdf)
+        fh.flush()
+        timeout = worker.settings.render.render_timeout_s
+        pages = await asyncio.gather(
+            *(
+                worker.pool.run(render_pdf_page, fh.name, n, budget, timeout_s=timeout)
+                for n in range(1, count + 1)
+            )
+        )
     prompt = engine.prompt_for(None, None, None)
     gate = asyncio.Semaphore(worker.engine_slots)
     latencies: list[float] = []
@@ -253,7 +336,11 @@ async def _direct(worker: Any, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def print_report(
-    fig: dict[str, Any], engine: dict[str, Any], cold_start: float, store: str
+    fig: dict[str, Any],
+    engine: dict[str, Any],
+    cold_start: float,
+    store: str,
+    gpu_price: float | None = None,
 ) -> None:
     print(
         f"engine: {engine['name']} {engine['version']} model={engine.get('model')} "
@@ -267,6 +354,7 @@ def print_report(
             end="",
         )
     print()
+    print_start(engine)
 
     def totals(p: dict[str, Any]) -> str:
         return (
@@ -307,6 +395,73 @@ def print_report(
             )
     print_timeline("worker", fig)
     print_timeline("direct", direct or {})
+    print_faults(fig)
+    if gpu_price:
+        print_cost(gpu_price, fig, direct or {})
+
+
+def print_start(engine: dict[str, Any]) -> None:
+    """The engine's start as vLLM's log took it apart, and what it started with."""
+    if phases := engine.get("cold_start"):
+        shown = {k: v for k, v in phases.items() if isinstance(v, int | float)}
+        print(
+            "cold start by vLLM's log: "
+            + ", ".join(f"{k} {v:g}" for k, v in shown.items())
+            + f"; compile cache {phases.get('compile_cache')}"
+            + (
+                f"; FlashInfer autotune {phases['flashinfer_autotune']}"
+                if "flashinfer_autotune" in phases
+                else ""
+            )
+        )
+    if "api_server_count" in engine:
+        caches = engine.get("caches", {})
+        print(
+            f"API servers: {engine['api_server_count']}, start mode: {engine.get('start_mode')}, "
+            f"caches: {caches.get('state')}"
+            + (f" ({caches['folder']})" if "folder" in caches else "")
+        )
+
+
+def print_faults(fig: dict[str, Any]) -> None:
+    """Failed pages by reason and requests sent again (every pass together), the memory after
+    each pass, and what the soak's engine did."""
+    passes = [*fig.get("earlier_passes", []), fig]
+    for reason, count in sum((p["failures"] for p in passes), Counter()).most_common():
+        print(f"failed: {count} × {reason}")
+    print(
+        f"transport: {sum(p['sent_again'] for p in passes)} requests sent again after a "
+        f"transport failure, on {sum(p['pages_sent_again'] for p in passes)} pages"
+    )
+    first, last = passes[0]["peak_mb"], passes[-1]["peak_mb"]
+    if len(passes) == 1:
+        print(f"worker memory: peak {first:.0f} MB")
+    else:
+        print(
+            f"worker memory: peak {first:.0f} MB after pass 1 ({passes[0]['pages']:,} pages), "
+            f"{last:.0f} MB after pass {len(passes)} ({sum(p['pages'] for p in passes):,} pages "
+            f"in all): {100 * (last / first - 1):+.1f} %"
+        )
+    if stats := fig.get("instant_engine"):
+        lost = {k.removeprefix("fault "): v for k, v in sorted(stats.items()) if "fault" in k}
+        print(
+            f"instant engine: {stats.get('requests', 0):,} requests, "
+            f"{sum(lost.values()):,} lost on the way ("
+            + ", ".join(f"{k} {v}" for k, v in lost.items())
+            + f"), {stats.get('slow', 0):,} answered slowly"
+        )
+
+
+def print_cost(price: float, fig: dict[str, Any], direct: dict[str, Any]) -> None:
+    """What a million pages cost at `price` US$ an hour for the worker's GPUs."""
+
+    def per_million(pages_per_s: float) -> float:
+        return price * 1e6 / (pages_per_s * 3600)
+
+    line = f"cost at US${price:g}/hour: US${per_million(fig['pages_per_s']):,.2f} per million pages"
+    if direct.get("pages_per_s"):
+        line += f" (direct path US${per_million(direct['pages_per_s']):,.2f})"
+    print(line)
 
 
 def print_timeline(name: str, figures: dict[str, Any]) -> None:

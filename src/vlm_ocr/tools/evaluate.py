@@ -25,6 +25,7 @@ from typing import Any
 from ..pipeline.compare import agree
 from ..pipeline.textsim import similarity
 from ..settings import Settings
+from .run import job_for_file
 
 
 @dataclass
@@ -102,8 +103,7 @@ async def recognize_pages(
     """Run each page through the worker pipeline into `out/<id>/`; returns the engine facts."""
     from ..engines.base import EngineOptions
     from ..engines.factory import make_engine
-    from ..pipeline.assemble import build_worker
-    from .cli import job_for_file
+    from ..pipeline.worker import build_worker
 
     engine = make_engine(settings, EngineOptions(detection_order=detection_order))
     worker = build_worker(settings, engine, out_dir=out)

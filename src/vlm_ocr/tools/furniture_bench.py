@@ -28,8 +28,8 @@ import pymupdf
 from rapidfuzz import fuzz
 
 from ..blocks import RUNNING
-from ..pipeline.assemble import build_worker
 from ..pipeline.textsim import clean
+from ..pipeline.worker import build_worker
 from ..settings import Settings
 
 A4 = (595.0, 842.0)

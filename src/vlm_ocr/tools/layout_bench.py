@@ -24,9 +24,9 @@ from typing import Any
 from .. import samples
 from ..blocks import RawBlock, place
 from ..engines.base import Recognition
-from ..engines.families.base import Reading
+from ..engines.reading import Reading
 from ..images import PageImage
-from ..pipeline.assemble import build_worker
+from ..pipeline.worker import build_worker
 from ..settings import Settings
 from .bench import cpu_seconds
 

@@ -4,8 +4,9 @@ All the arithmetic is shown, so a user can check it by hand:
 
     weights        = safetensors bytes of the checkpoint, else parameters × bytes/parameter
     KV bytes/token = 2 (K and V) × full-attention layers × KV heads × head dim × bytes/element
-    image tokens   = (W′ × H′) / patch², each side rounded to a multiple of the patch (32 for
-                     Qwen3-VL and Qwen3.5, 28 for Qwen2-VL and Qwen2.5-VL), within the budget
+    image tokens   = (W′ × H′) / patch², each side rounded to a multiple of the patch (the
+                     family's `patch`: 32 for Qwen3-VL and Qwen3.5, 28 for Qwen2-VL and
+                     Qwen2.5-VL), within the budget
     page tokens    = image tokens + prompt tokens + output token cap
     KV budget      = GPU memory × utilization − weights − activation reserve
     pages at once  = KV budget / (page tokens × KV bytes/token + recurrent state per sequence)
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -23,7 +25,7 @@ from typing import Any
 
 from ..engines.families import FAMILIES, detect
 from ..engines.families.qwen import smart_resize
-from ..settings import MIN_PIXELS, RenderSettings
+from ..settings import MIN_PIXELS, RenderSettings, Settings
 
 GB = 1e9
 DTYPE_BYTES = {
@@ -47,13 +49,6 @@ QUANT_BYTES = {
 }
 PROMPT_TOKENS = 150  # chat template + preset text; the legal preset is about 250 Chinese tokens
 ACTIVATION_RESERVE_GB = 4.0  # vLLM's profiling peak for activations, CUDA graphs and the encoder
-
-
-def patch_for(model_type: str) -> int:
-    """Pixels per image token along a side: patch size × spatial merge."""
-    if model_type.startswith(("qwen2_vl", "qwen2_5_vl", "dots_ocr", "mistral3")):
-        return 28  # patch 14, merged 2×2 (dots.ocr; LightOnOCR's Pixtral)
-    return 32  # qwen3_vl, qwen3_5 (and their MoE variants)
 
 
 def image_tokens(
@@ -207,7 +202,9 @@ def plan(
     gpu_memory_utilization: float,
     tensor_parallel_size: int,
     prompt_tokens: int = PROMPT_TOKENS,
+    patch: int = 32,
 ) -> Plan:
+    """`patch`: pixels per image token along a side, the model family's (`Family.patch`)."""
     shape = read_shape(cfg)
     kv_elem = DTYPE_BYTES[kv_cache_dtype]
     kv_per_token = 2 * shape.full_attention_layers * shape.kv_heads * shape.head_dim * kv_elem
@@ -227,7 +224,7 @@ def plan(
     else:
         raise ValueError("cannot size the weights: no safetensors files and no shapes in config")
     w, h = page_size
-    img = image_tokens(w, h, max_pixels=max_pixels, patch=patch_for(shape.model_type))
+    img = image_tokens(w, h, max_pixels=max_pixels, patch=patch)
     page = min(img + prompt_tokens + max_tokens, max_model_len)
     per_gpu_weights = weights / tensor_parallel_size
     usable = gpu_memory_gb * gpu_memory_utilization
@@ -240,8 +237,7 @@ def plan(
         f"KV bytes/token: 2 × {shape.full_attention_layers} attention layers"
         f" × {shape.kv_heads} KV heads × {shape.head_dim} head dim"
         f" × {kv_elem} B ({kv_cache_dtype}) = {kv_per_token:,}",
-        f"image tokens: {w}×{h} within {max_pixels:,} px, "
-        f"{patch_for(shape.model_type)}×{patch_for(shape.model_type)} px per token = {img:,}",
+        f"image tokens: {w}×{h} within {max_pixels:,} px, {patch}×{patch} px per token = {img:,}",
         f"page tokens: {img:,} image + {prompt_tokens} prompt + {max_tokens:,} output cap"
         f" = {img + prompt_tokens + max_tokens:,}"
         + (
@@ -312,6 +308,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "replica (tensor parallel) that fits, on the first --gpu-memory size (default 141)",
     )
     p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--serve-line",
+        action="store_true",
+        help="print the exact `vllm serve` command line(s) the worker would run for this model "
+        "on a host of --gpus GPUs of --gpu-memory GB and --cpus CPUs, with the settings of the "
+        "environment (START_MODE, API_SERVER_COUNT, ...), to hold against its makers' line",
+    )
+    p.add_argument(
+        "--cpus", type=int, default=16, help="--serve-line: the host's CPUs (default 16)"
+    )
+    p.add_argument(
+        "--capability",
+        type=float,
+        default=9.0,
+        help="--serve-line: the GPUs' compute capability (default 9.0, Hopper)",
+    )
+    p.add_argument(
+        "--model",
+        help="--serve-line: the model the line serves (default: the config's `_name_or_path`, "
+        "its folder when the file is a model's own config.json, else MODEL_NAME)",
+    )
 
 
 A4_POINTS = (595, 842)
@@ -394,7 +411,50 @@ def choose(found: list[Layout]) -> Layout | None:
     return max(fitting, key=lambda x: x.pages_per_replica, default=None)
 
 
-def plan_main(args: argparse.Namespace) -> int:
+def model_of(args: argparse.Namespace, cfg: dict[str, Any], settings: Settings) -> str:
+    """The model a config describes: --model, its `_name_or_path`, the folder of a model's own
+    config.json, else the settings' MODEL_NAME."""
+    if args.model:
+        return str(args.model)
+    if cfg.get("_name_or_path"):
+        return str(cfg["_name_or_path"])
+    if args.config.name == "config.json":
+        return str(args.config.parent)
+    return settings.model.model_name
+
+
+def serve_lines(args: argparse.Namespace, settings: Settings) -> list[str]:
+    """The `vllm serve` line of each process the worker would start for this model on a host
+    of the given GPUs and CPUs (ports as the worker would pick them: here fixed)."""
+    from ..engines.gpu import Gpu, GpuFacts
+    from ..engines.vllm.argv import ServeSpec, launch_argvs
+
+    cfg = json.loads(args.config.read_text())
+    model = model_of(args, cfg, settings)
+    settings = settings.with_(model_name=model)
+    family = detect(
+        cfg,
+        model,
+        args.family or settings.model.model_family,
+        max_pixels=settings.render.max_pixels,
+    ).family
+    per_gpu = (args.gpu_memory or [141])[0]
+    gpu = Gpu(f"a GPU of {per_gpu:g} GB", round(per_gpu * GB / 2**20), args.capability)
+    spec = ServeSpec.resolve(settings, GpuFacts((gpu,) * (args.gpus or 1)), family, cpus=args.cpus)
+    argvs = launch_argvs(spec, port=8000, rpc_port=8100)
+    return [f"# {ROLES[role]}\n{shlex.join(argv)}" for role, argv in argvs.items()]
+
+
+ROLES = {
+    "server": "the API server(s): HTTP, and the page images decoded and preprocessed",
+    "engine": "the engine launcher, started at the same moment: the engine core of each replica",
+}
+
+
+def plan_main(args: argparse.Namespace, settings: Settings | None = None) -> int:
+    if args.serve_line:
+        print("\n".join(serve_lines(args, settings or Settings())))
+        return 0
     cfg = json.loads(args.config.read_text())
     family = detect(cfg, str(args.config), args.family, max_pixels=args.max_pixels).family
     budget = family.budget(args.max_pixels)
@@ -419,6 +479,7 @@ def plan_main(args: argparse.Namespace) -> int:
             tensor_parallel_size=tensor_parallel_size,
             # the chat template and the family's own prompt (about 3 characters a token)
             prompt_tokens=30 + len(prompt) // 3 if family.prompt else PROMPT_TOKENS,
+            patch=family.patch,
         )
 
     plans = [one(g, args.tensor_parallel_size) for g in sizes]

@@ -1,7 +1,9 @@
-"""The settings as users read them: the README's table and the Hub form (`.runpod/hub.json`),
-both generated from the declarations in `settings.py` and checked against them by the tests.
+"""The settings as users read them: the table of `docs/settings.md` and the Hub form
+(`.runpod/hub.json`), both generated from the declarations in `settings.py` (and, for a setting
+whose default is the model family's own, from `FAMILIES`) and checked against them by the tests.
 
-    python -m vlm_ocr.tools.settings_docs              the README table
+    python -m vlm_ocr.tools.settings_docs                          the table
+    python -m vlm_ocr.tools.settings_docs --write docs/settings.md   rewrite it where it is
     python -m vlm_ocr.tools.settings_docs --hub-env [DOCKERFILE]   hub.json's `config.env`
 """
 
@@ -13,7 +15,12 @@ import sys
 from enum import StrEnum
 from pathlib import Path
 
+from pydantic.fields import FieldInfo
+
+from ..engines.families import FAMILIES
 from ..settings import EngineKind, Settings, declared_fields, env_name
+from . import generated
+from .family_docs import PER_FAMILY, by_family
 
 # Plumbing the image sets and an endpoint's form should not offer: paths and interpreters inside
 # the image, the engine's loopback port, local-development switches, the worker's internal
@@ -55,10 +62,21 @@ def shown_default(default: object) -> str:
     return str(default)
 
 
+def description(name: str, field: FieldInfo) -> str:
+    """The setting's description, with each family's value where its default is the family's,
+    and the families by name for `MODEL_FAMILY`."""
+    text = field.description or ""
+    if name in PER_FAMILY:
+        text = f"{text.removesuffix('.')} ({by_family(PER_FAMILY[name])})."
+    if name == "model_family":
+        text += " The families: " + ", ".join(f"`{n}`" for n in FAMILIES) + "."
+    return text
+
+
 def settings_table() -> list[tuple[str, str, str]]:
     """(variable, default, description) for every setting, in declaration order."""
     return [
-        (env_name(name), shown_default(field.default), field.description or "")
+        (env_name(name), shown_default(field.default), description(name, field))
         for name, field in declared_fields()
     ]
 
@@ -104,7 +122,7 @@ def hub_env(image: dict[str, str] | None = None) -> list[dict[str, object]]:
             .replace("Gpu", "GPU")
             .replace("Cpu", "CPU"),
             "type": hub_type,
-            "description": (field.description or "").replace("`", ""),
+            "description": description(name, field).replace("`", ""),
         }
         default = field.default
         if env_name(name) in image:
@@ -125,5 +143,7 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["--hub-env"]:  # --hub-env DOCKERFILE
         image = image_env(Path(sys.argv[2]).read_text()) if sys.argv[2:] else {}
         print(json.dumps(hub_env(image), ensure_ascii=False, indent=2))
+    elif sys.argv[1:2] == ["--write"]:  # --write docs/settings.md
+        generated.write(Path(sys.argv[2]), {"settings": markdown_table()})
     else:
         print(markdown_table())

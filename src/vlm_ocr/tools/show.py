@@ -66,20 +66,28 @@ async def show_main(settings: Settings, args: argparse.Namespace) -> int:
 
 def page_image(doc: PageBlocks, source: Path) -> Image.Image:
     """The page as the blocks were found on it: drawn at their size, turned as it was read."""
+    return source_page(source, doc.page, (doc.width, doc.height), doc.rotated)
+
+
+def source_page(
+    source: Path, number: int, size: tuple[int, int], rotated: int | None
+) -> Image.Image:
+    """Page `number` of a PDF (an image file is its one page) as the worker read it: turned
+    `rotated` degrees clockwise, at `size` (the read image's, or one of its shape)."""
     if source.suffix.lower() == ".pdf":
         with pymupdf.open(source) as pdf:
-            page = pdf[doc.page - 1]
-            sideways = (doc.rotated or 0) % 180
-            width = doc.height if sideways else doc.width
+            page = pdf[number - 1]
+            sideways = (rotated or 0) % 180
+            width = size[1] if sideways else size[0]
             zoom = width / page.rect.width
             pix = page.get_pixmap(matrix=pymupdf.Matrix(zoom, zoom), alpha=False)
             image = Image.frombytes("RGB", (pix.width, pix.height), pix.samples)
     else:
         with Image.open(source) as opened:
             image = ImageOps.exif_transpose(opened).convert("RGB")
-    if doc.rotated:
-        image = image.rotate(-doc.rotated, expand=True)
-    return image.resize((doc.width, doc.height))
+    if rotated:
+        image = image.rotate(-rotated, expand=True)
+    return image.resize(size)
 
 
 def draw(doc: PageBlocks, page: Image.Image | None = None) -> Image.Image:

@@ -1,9 +1,11 @@
 """Model families: each family is one unit (a `Family` subclass) that says how its makers size
-its pages, prompt it, sample it, serve it and read its answers. The family follows the model:
-its config.json (`architectures`, `model_type`) and its name decide it, `MODEL_FAMILY` overrides.
+its pages, prompt it, sample it, serve it and read its answers, and holds its facts (how it is
+told, its patch, its token caps and context). The family follows the model: its config.json
+(`architectures`, `model_type`) and its name decide it, `MODEL_FAMILY` overrides.
 
-Adding a family: a module here with its `Family` subclass, listed in `FAMILIES`; a config of its
-shapes in `examples/` for `vlm-ocr plan`; a preset in `.runpod/hub.json`.
+Adding a family: a module here with its `Family` subclass, listed in `FAMILIES`, and a config of
+its shapes in `examples/` for `vlm-ocr plan`. The settings' per-family defaults and the families'
+table in the docs are written from `FAMILIES` (`tools/settings_docs.py`).
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...errors import ConfigError
-from .base import AnswerError, Attempt, Family, Page, Reading, Sampling
+from ..reading import Page, Reading
+from .base import AnswerError, Attempt, Family, Sampling
 from .chandra import Chandra
 from .dots import DotsOcr
 from .lighton import LightOnOcr
@@ -34,17 +37,8 @@ __all__ = [
 FAMILIES: dict[str, type[Family]] = {
     f.name: f for f in (QwenVl, Qwen35, OlmOcr, Chandra, DotsOcr, LightOnOcr)
 }
-# Fine-tunes share their base's architecture: their name tells them apart.
-FINE_TUNES = (OlmOcr, Chandra)
-# When there is no config to read, the name alone.
-NAMES: tuple[tuple[tuple[str, ...], type[Family]], ...] = (
-    (("olmocr",), OlmOcr),
-    (("chandra",), Chandra),
-    (("dots.ocr", "dots.mocr", "dots_ocr", "dotsocr"), DotsOcr),
-    (("lightonocr",), LightOnOcr),
-    (("qwen3.5", "qwen3.6", "qwen3_5", "qwen3_6"), Qwen35),
-    (("qwen3-vl", "qwen2.5-vl", "qwen2-vl", "qwen3vl", "qwen2_5_vl"), QwenVl),
-)
+# By name alone, a fine-tune first: its name may name its base too.
+BY_NAME = sorted(FAMILIES.values(), key=lambda f: not f.fine_tune)
 
 
 @dataclass(frozen=True)
@@ -67,15 +61,15 @@ def detect(
     if override:
         if override not in FAMILIES:
             raise ConfigError(
-                f"MODEL_FAMILY is {override!r}; the families are {', '.join(FAMILIES)}"
+                f"MODEL_FAMILY={override!r}: no such family; accepted: {', '.join(FAMILIES)}"
             )
         return Detected(make(FAMILIES[override], model_type, options), f"MODEL_FAMILY={override}")
     name = model.lower()
     architectures = [str(a) for a in config.get("architectures") or []]
     if architectures:
         known = [f for f in FAMILIES.values() if f.architectures & set(architectures)]
-        hinted = [f for f in known if any(hint in name for hint in f.name_hints)]
-        base = [f for f in known if f not in FINE_TUNES]
+        hinted = [f for f in known if f.fine_tune and named(f, name)]
+        base = [f for f in known if not f.fine_tune]
         chosen = (hinted or base or known or [None])[0]
         if chosen is None:
             warning = (
@@ -88,14 +82,19 @@ def detect(
             f" and the name {model}" if hinted else ""
         )
         return Detected(make(chosen, model_type, options), why)
-    for hints, family in NAMES:
-        if any(hint in name for hint in hints):
+    for family in BY_NAME:
+        if named(family, name):
             return Detected(make(family, model_type, options), f"the name {model}")
     warning = (
         f"no config.json of {model} to read and nothing in its name tells its family; it runs "
         f"as a Qwen chat VLM: set MODEL_FAMILY to one of {', '.join(FAMILIES)} if it is another"
     )
     return Detected(make(QwenVl, model_type, options), "default", warning)
+
+
+def named(family: type[Family], name: str) -> bool:
+    """The model's name (lower-case) has one of the family's hints in it."""
+    return any(hint in name for hint in family.name_hints)
 
 
 def make(family: type[Family], model_type: str, options: dict[str, Any]) -> Family:

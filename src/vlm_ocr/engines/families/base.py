@@ -9,12 +9,13 @@ page up the family's attempt ladder.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ...blocks import Block, HeadersFooters, Placed, RawBlock, markdown, place
 from ...images import Budget
 from ...prompts import Prompt
+from ..reading import Page, Reading
 
 
 class AnswerError(Exception):
@@ -44,43 +45,26 @@ def temperatures(*values: float, top_p: float | None = None) -> tuple[Attempt, .
     return tuple(Attempt(t, top_p) for t in values)
 
 
-@dataclass(frozen=True)
-class Reading:
-    """A page as its family read it."""
-
-    text: str
-    blocks: tuple[Block, ...] = ()
-    language: str | None = None
-    #: the clockwise turn the page needs before it reads right (the model said so)
-    turn: int | None = None
-    flags: dict[str, bool] = field(default_factory=dict)
-    notes: tuple[str, ...] = ()
-    #: the blocks' kinds are the model's; False for blocks that are only grouped lines
-    labelled: bool = True
-    #: the document's pass for repeated lines (`running_heads`) looks at the page too, as at
-    #: pages whose blocks have no kinds: a model that may miss some headers and footers
-    across_pages: bool = False
-
-
-@dataclass(frozen=True)
-class Page:
-    """What a parser knows of the page it reads: its size as rendered, and in PDF points."""
-
-    width: int
-    height: int
-    pdf_size: tuple[float, float] | None = None
-
-
 class Family:
-    """The Qwen chat default's behaviour; families override what their makers do differently."""
+    """The Qwen chat default's behaviour; families override what their makers do differently.
+
+    Its class attributes are the family's facts, read by the worker, `vlm-ocr plan` and the
+    generated docs (the settings' per-family defaults, the families' table) alike."""
 
     name: ClassVar[str]
     version: ClassVar[str]
     title: ClassVar[str]
     #: `architectures` of the model's config.json this family reads
     architectures: ClassVar[frozenset[str]] = frozenset()
-    #: lower-case parts of a model's name that tell this family from others of its architecture
+    #: lower-case parts of a model's name that tell this family: with no config.json to read,
+    #: and, for a fine-tune, from the base that shares its architecture
     name_hints: ClassVar[tuple[str, ...]] = ()
+    #: shares its base's architecture: only its name tells it apart
+    fine_tune: ClassVar[bool] = False
+    #: pixels per image token along a side (the vision patch × its spatial merge)
+    patch: int = 32
+    #: what an answer holds, checked before it is stored (for the families' table)
+    answer: ClassVar[str] = "Markdown"
     #: the family's own prompt; None: a job may choose a preset or its own prompt
     prompt: ClassVar[Prompt | None] = None
     sampling: ClassVar[Sampling]

@@ -15,8 +15,9 @@ from typing import Any
 from ...blocks import RawBlock
 from ...images import Budget
 from ...prompts import Prompt
+from ..reading import Page, Reading
 from . import html
-from .base import AnswerError, Attempt, Family, Page, Reading, Sampling, from_grid
+from .base import AnswerError, Attempt, Family, Sampling, from_grid
 
 PROMPT = Prompt(
     "chandra-ocr-layout",
@@ -52,6 +53,11 @@ class Chandra(Family):
     title = "Chandra 2"
     architectures = frozenset({"Qwen3_5ForConditionalGeneration"})
     name_hints = ("chandra",)
+    fine_tune = True  # of Qwen3.5
+    answer = (
+        "HTML blocks with `data-bbox` (0-1000 grid) and `data-label`; headers, footers and "
+        "blank-page blocks left out of the text"
+    )
     prompt = PROMPT
     sampling = Sampling(
         (Attempt(0.0, 0.1), *(Attempt(t, 0.95) for t in (0.2, 0.4, 0.6, 0.8, 0.8, 0.8))), 12384

@@ -13,7 +13,8 @@ from typing import Any
 from ...blocks import RawBlock
 from ...images import Budget
 from ...prompts import Prompt
-from .base import AnswerError, Family, Page, Reading, Sampling, temperatures
+from ..reading import Page, Reading
+from .base import AnswerError, Family, Sampling, temperatures
 from .qwen import smart_resize
 
 PROMPT = Prompt(
@@ -23,7 +24,7 @@ PROMPT = Prompt(
 )
 # the image placeholder of its chat template, written into the text so vLLM adds no newline
 PLACEHOLDER = "<|img|><|imgpad|><|endofimg|>"
-MIN_PIXELS, MAX_PIXELS, FACTOR = 3136, 11_289_600, 28
+MIN_PIXELS, MAX_PIXELS = 3136, 11_289_600
 LABELS = {
     "caption": "caption",
     "footnote": "footnote",
@@ -45,6 +46,12 @@ class DotsOcr(Family):
     version = "1"
     title = "dots.ocr / dots.mocr"
     architectures = frozenset({"DotsOCRForCausalLM"})
+    name_hints = ("dots.ocr", "dots.mocr", "dots_ocr", "dotsocr")
+    patch = 28  # patch 14, merged 2×2: the factor its processor resizes on
+    answer = (
+        "a JSON list of `{bbox, category, text}` in pixels of the resized image; a broken list "
+        "is salvaged object by object"
+    )
     prompt = PROMPT
     # its parser's one attempt at 0.1; then warmer, so a loop gets out of itself
     sampling = Sampling(temperatures(0.1, 0.2, 0.3, 0.5, top_p=1.0), 16384)
@@ -78,7 +85,7 @@ class DotsOcr(Family):
         if not cells:
             raise AnswerError("no layout cell (bbox, category, text) in the answer")
         # its boxes are in pixels of the image its processor made of ours
-        w, h = smart_resize(page.width, page.height, FACTOR, MIN_PIXELS, MAX_PIXELS)
+        w, h = smart_resize(page.width, page.height, self.patch, MIN_PIXELS, MAX_PIXELS)
         sx, sy = page.width / w, page.height / h
         raw = []
         for cell in cells:

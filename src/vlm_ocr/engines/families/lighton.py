@@ -10,7 +10,8 @@ from typing import Any
 
 from ...images import Budget
 from ...prompts import Prompt
-from .base import AnswerError, Family, Page, Reading, Sampling, temperatures
+from ..reading import Page, Reading
+from .base import AnswerError, Family, Sampling, temperatures
 
 PROMPT = Prompt("lighton-image-only", "1", "")
 _ESCAPED_DOLLAR = re.compile(r"\\\$")
@@ -21,6 +22,8 @@ class LightOnOcr(Family):
     version = "1"
     title = "LightOnOCR 2"
     architectures = frozenset({"LightOnOCRForConditionalGeneration"})
+    name_hints = ("lightonocr",)
+    patch = 28  # Pixtral's: patch 14, merged 2×2
     prompt = PROMPT
     sampling = Sampling(temperatures(0.2, 0.3, 0.5, 0.8, top_p=0.9), 4096)
     max_model_len = 16384

@@ -12,7 +12,8 @@ from typing import Any
 
 from ...images import Budget
 from ...prompts import Prompt
-from .base import AnswerError, Family, Page, Reading, Sampling, temperatures
+from ..reading import Page, Reading
+from .base import AnswerError, Family, Sampling, temperatures
 
 PROMPT = Prompt(
     "olmocr-v4-yaml",
@@ -32,6 +33,12 @@ class OlmOcr(Family):
     title = "olmOCR 2"
     architectures = frozenset({"Qwen2_5_VLForConditionalGeneration"})
     name_hints = ("olmocr",)
+    fine_tune = True  # of Qwen2.5-VL
+    patch = 28  # Qwen2.5-VL's: patch 14, merged 2×2
+    answer = (
+        "YAML front matter (`primary_language`, `is_rotation_valid`, `rotation_correction`, "
+        "`is_table`, `is_diagram`) then Markdown"
+    )
     prompt = PROMPT
     # its pipeline's TEMPERATURE_BY_ATTEMPT, one attempt each, 8 in all
     sampling = Sampling(temperatures(0.1, 0.1, 0.2, 0.3, 0.5, 0.8, 0.9, 1.0), 8000)

@@ -8,9 +8,12 @@ import math
 
 from ...blocks import RawBlock
 from ...prompts import Prompt
+from ..reading import Page, Reading
 from . import html
-from .base import AnswerError, Family, Page, Reading, Sampling, from_grid, temperatures
+from .base import AnswerError, Family, Sampling, from_grid, temperatures
 
+# model_type of the Qwen2 generations: a 28 px token, and boxes in pixels of the resized image
+QWEN2_TYPES = ("qwen2_5_vl", "qwen2_vl")
 # Greedy first; then olmOCR's ladder, so a looping page gets out of its loop.
 CHAT_LADDER = temperatures(0.0, 0.1, 0.1, 0.2, 0.3, 0.5, 0.8)
 
@@ -83,6 +86,11 @@ class QwenVl(Family):
             "Qwen2VLForConditionalGeneration",
         }
     )
+    name_hints = ("qwen3-vl", "qwen2.5-vl", "qwen2-vl", "qwen3vl", "qwen2_5_vl")
+    answer = (
+        "Markdown; `json_schema` by guided decoding; with `qwenvl-html`, HTML blocks with "
+        "`data-bbox` (0-1000 grid; Qwen2.5-VL: pixels of the resized image)"
+    )
     sampling = Sampling(CHAT_LADDER[:4], 4096)
     max_model_len = 8192
     min_vllm = "0.11.0"
@@ -93,6 +101,8 @@ class QwenVl(Family):
     def __init__(self, model_type: str = "", max_pixels: int = 1_600_000) -> None:
         super().__init__(model_type)
         self.max_pixels = max_pixels  # what the server's processor resizes to (MAX_PIXELS)
+        if model_type.startswith(QWEN2_TYPES):
+            self.patch = 28  # patch 14, merged 2×2 (Qwen3-VL and Qwen3.5: 16, merged 2×2)
 
     def parse(self, answer: str, prompt: Prompt, page: Page) -> Reading:
         if prompt.answer != "qwenvl-html":
@@ -126,9 +136,9 @@ class QwenVl(Family):
 
     def box(self, box: tuple[float, ...] | None, page: Page) -> tuple[float, ...] | None:
         """Qwen3-VL: a 0-1000 grid; Qwen2.5-VL: pixels of the image its processor resized."""
-        if box is None or not self.model_type.startswith(("qwen2_5_vl", "qwen2_vl")):
+        if box is None or not self.model_type.startswith(QWEN2_TYPES):
             return from_grid(box, page)
-        w, h = smart_resize(page.width, page.height, 28, 3136, self.max_pixels)
+        w, h = smart_resize(page.width, page.height, self.patch, 3136, self.max_pixels)
         sx, sy = page.width / w, page.height / h
         return (box[0] * sx, box[1] * sy, box[2] * sx, box[3] * sy)
 
@@ -143,5 +153,6 @@ class Qwen35(QwenVl):
     architectures = frozenset(
         {"Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration"}
     )
+    name_hints = ("qwen3.5", "qwen3.6", "qwen3_5", "qwen3_6")
     min_vllm = "0.17.0"
     thinks = True

@@ -8,11 +8,13 @@ of each process vLLM runs as. The tests check them as tables.
 from __future__ import annotations
 
 import json
+import math
+import os
 import shlex
 from dataclasses import dataclass
 
 from ...errors import ConfigError
-from ...settings import Settings, VllmSettings
+from ...settings import Settings, StartMode, VllmSettings
 from ..families import Family
 from ..families.qwen import QwenVl
 from ..gpu import GpuFacts
@@ -20,7 +22,7 @@ from ..gpu import GpuFacts
 # `MAX_NUM_SEQS=0`: sequences by the memory the engine has (GiB, all its GPUs). On an H200 the 32B
 # AWQ model ran 3.0 pages/s at 256, 2.5-2.75 at 192 and 2.4 at 320 (its decoding slowed); below
 # that, about what the KV cache beside the 32B AWQ weights holds for pages that end well before
-# `MAX_TOKENS` (README, "Choose a GPU").
+# `MAX_TOKENS` (docs/deploying.md, "Choose a GPU").
 MAX_NUM_SEQS_BY_MEMORY = ((120.0, 256), (70.0, 192), (40.0, 64), (0.0, 32))
 # No GPU here to read: the server runs elsewhere (`openai`) or on a CPU build of vLLM.
 MAX_NUM_SEQS_UNKNOWN_GPU = 192
@@ -48,6 +50,52 @@ def cuda_graph_sizes(vllm: VllmSettings, max_num_seqs: int) -> list[int]:
     sizes = {n for n in (1, 2, 4, 8, 16, 32, 64) if n < max_num_seqs}
     sizes |= set(range(96, max_num_seqs, 32)) | {max_num_seqs}
     return sorted(sizes)
+
+
+def fast_graph_sizes(max_num_seqs: int) -> list[int]:
+    """`START_MODE=fast`'s decode batch sizes: powers of two up to MAX_NUM_SEQS, and it."""
+    sizes = {1 << n for n in range(13) if 1 << n < max_num_seqs}
+    return sorted(sizes | {max_num_seqs})
+
+
+def compilation_args(vllm: VllmSettings, max_num_seqs: int) -> list[str]:
+    """How much is compiled and captured at start. `throughput`: vLLM's torch.compile and
+    CUDA graphs at every size a batch is padded to. `fast`: no torch.compile, Inductor or
+    FlashInfer autotuning (`--optimization-level 0`), but whole decode steps still captured as
+    CUDA graphs at a few sizes, where most of the time of a page goes."""
+    if vllm.enforce_eager:
+        return ["--enforce-eager"]
+    if vllm.start_mode is StartMode.FAST:
+        sizes = (
+            cuda_graph_sizes(vllm, max_num_seqs)
+            if vllm.cuda_graph_sizes.strip()
+            else fast_graph_sizes(max_num_seqs)
+        )
+        config = {"cudagraph_mode": "FULL_DECODE_ONLY", "cudagraph_capture_sizes": sizes}
+        return ["--optimization-level", "0", "--compilation-config", json.dumps(config)]
+    sizes = cuda_graph_sizes(vllm, max_num_seqs)
+    return ["--compilation-config", json.dumps({"cudagraph_capture_sizes": sizes})]
+
+
+# One API server decoded and preprocessed about 6 MP of page images a second on an H200 host:
+# Chandra 2's 3.5 MP pages ran at 1.80 pages/s through one and 4.03 through four, where the GPU
+# took over. So one per megapixel of the family's page budget, within what the CPUs leave: the
+# engine core, the worker, its render and CPU-model processes need the other three quarters.
+PIXELS_PER_API_SERVER = 1_000_000
+
+
+def api_server_count(vllm: VllmSettings, page_pixels: int, cpus: int, replicas: int) -> int:
+    """`API_SERVER_COUNT`, or one per megapixel of the page budget, at most a quarter of the
+    CPUs and at least one per replica (vLLM's own default)."""
+    if vllm.api_server_count:
+        return vllm.api_server_count
+    by_page = math.ceil(page_pixels / PIXELS_PER_API_SERVER)
+    return max(replicas, min(by_page, max(1, cpus // 4)))
+
+
+def host_cpus() -> int:
+    """The CPUs this process may run on (a container's cpuset, not the host's count)."""
+    return len(os.sched_getaffinity(0))
 
 
 def data_parallel_size(vllm: VllmSettings, gpu: GpuFacts) -> int:
@@ -81,6 +129,10 @@ class ServeSpec:
     family_args: tuple[str, ...] = ()
     #: engine replicas, each on `TENSOR_PARALLEL_SIZE` GPUs with `max_num_seqs` sequences
     data_parallel_size: int = 1
+    #: vLLM's front-end processes (HTTP, image decoding and preprocessing)
+    api_server_count: int = 1
+    #: the GPUs it was resolved for, as the engine facts name them (the caches' key has them)
+    gpus: str = "none"
 
     @property
     def concurrency(self) -> int:
@@ -88,13 +140,23 @@ class ServeSpec:
         return self.max_num_seqs * self.data_parallel_size
 
     @classmethod
-    def resolve(cls, settings: Settings, gpu: GpuFacts, family: Family | None = None) -> ServeSpec:
-        """The spec for these settings on these GPUs and this model family: the replicas by
-        the GPUs' count, `MAX_NUM_SEQS=0` by one replica's memory, the KV-cache dtype by their
-        compute capability, the page and context sizes and the extra flags by the family."""
+    def resolve(
+        cls,
+        settings: Settings,
+        gpu: GpuFacts,
+        family: Family | None = None,
+        *,
+        cpus: int | None = None,
+    ) -> ServeSpec:
+        """The spec for these settings on these GPUs and CPUs and this model family: the
+        replicas by the GPUs' count, `MAX_NUM_SEQS=0` by one replica's memory, the KV-cache
+        dtype by their compute capability, the API servers by the CPUs and the family's page
+        size, the page and context sizes and the extra flags by the family."""
         vllm = settings.vllm
         family = family or QwenVl()
         memory = gpu.memory_gib(vllm.tensor_parallel_size)
+        replicas = data_parallel_size(vllm, gpu)
+        page_pixels = family.budget(settings.render.max_pixels).max_pixels
         return cls(
             vllm=vllm,
             model=settings.model.model_name,
@@ -106,7 +168,11 @@ class ServeSpec:
             limit_mm_per_prompt=family.limit_mm_per_prompt(),
             processor_kwargs=family.processor_kwargs(settings.render.max_pixels),
             family_args=tuple(family.serve_args()),
-            data_parallel_size=data_parallel_size(vllm, gpu),
+            data_parallel_size=replicas,
+            api_server_count=api_server_count(
+                vllm, page_pixels, host_cpus() if cpus is None else cpus, replicas
+            ),
+            gpus=f"{gpu.describe()}; compute capability {gpu.capability}",
         )
 
 
@@ -150,11 +216,7 @@ def server_argv(spec: ServeSpec, port: int) -> list[str]:
         "--structured-outputs-config",
         json.dumps({"backend": "xgrammar", "disable_any_whitespace": True}),
     ]
-    if vllm.enforce_eager:
-        argv.append("--enforce-eager")
-    else:
-        sizes = cuda_graph_sizes(vllm, spec.max_num_seqs)
-        argv += ["--compilation-config", json.dumps({"cudagraph_capture_sizes": sizes})]
+    argv += compilation_args(vllm, spec.max_num_seqs)
     argv += spec.family_args
     argv += shlex.split(vllm.vllm_extra_args)
     return argv
@@ -167,12 +229,14 @@ def launch_argvs(spec: ServeSpec, port: int, rpc_port: int = 0) -> dict[str, lis
     data-parallel mode, with one engine or several: they start at once and share the caches)."""
     argv = server_argv(spec, port)
     replicas = str(spec.data_parallel_size)
+    # only the process that answers HTTP has API servers; a headless engine refuses the flag
+    front = ["--api-server-count", str(spec.api_server_count)]
     if not spec.vllm.vllm_split_start:
-        several = spec.data_parallel_size > 1
-        return {"server": [*argv, "--data-parallel-size", replicas] if several else argv}
+        several = ["--data-parallel-size", replicas] if spec.data_parallel_size > 1 else []
+        return {"server": [*argv, *several, *front]}
     dp = ["--data-parallel-size", replicas, "--data-parallel-address", "127.0.0.1"]
     dp += ["--data-parallel-rpc-port", str(rpc_port)]
     return {
-        "server": [*argv, *dp, "--data-parallel-size-local", "0"],
+        "server": [*argv, *dp, "--data-parallel-size-local", "0", *front],
         "engine": [*argv, *dp, "--data-parallel-size-local", replicas, "--headless"],
     }

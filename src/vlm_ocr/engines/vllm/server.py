@@ -38,7 +38,8 @@ from ..families import Family, detect
 from ..model_download import ensure_model
 from ..model_files import ModelFiles
 from .argv import ServeSpec, launch_argvs
-from .logs import address_in_use, exit_reason, facts_in
+from .caches import VolumeCache, cache_key
+from .logs import StartLog, address_in_use, exit_reason, facts_in
 
 log = logging.getLogger(__name__)
 
@@ -55,14 +56,8 @@ _LAUNCH = (
     "os.execv(sys.executable, [sys.executable, *sys.argv[2:]])"
 )
 LOG_TAIL_LINES = 60
-# Compiled kernels kept on the network volume, so the next cold start reuses them: vLLM's
-# torch.compile artifacts, Triton's kernels, FlashInfer's JIT and DeepGEMM's JIT.
-CACHES = {
-    "VLLM_CACHE_ROOT": "vllm",
-    "TRITON_CACHE_DIR": "triton",
-    "FLASHINFER_WORKSPACE_BASE": "flashinfer",
-    "DG_JIT_CACHE_DIR": "deep_gemm",
-}
+# Asked of the engine's interpreter for the caches' key (its vLLM, without importing it).
+_VLLM_VERSION = "import importlib.metadata as m; print(m.version('vllm'))"
 
 
 class _PortTaken(Exception):
@@ -102,6 +97,10 @@ class VllmServer:
         self.facts: dict[str, Any] = {}
         self.tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
         self.downloaded: dict[str, Any] | None = None
+        self.cache: VolumeCache | None = None  # the compile caches on the network volume
+        self.cache_env: dict[str, str] = {}
+        self.start_log = StartLog()
+        self._t_spawn = 0.0
         self.failure: str | None = None
         self._failed = asyncio.Event()  # set once `failure` says why the server is gone
         self._watcher: asyncio.Task[None] | None = None
@@ -125,6 +124,7 @@ class VllmServer:
             self._check_family()
         t0 = time.perf_counter()
         for attempt in range(1, START_ATTEMPTS + 1):
+            await self._prepare_caches()  # again after a failed attempt discarded its build
             port = vllm.vllm_port or self._pick_port()
             if vllm.vllm_port and port_taken(port):
                 raise EngineError(
@@ -137,6 +137,7 @@ class VllmServer:
             argvs = launch_argvs(self.spec, port, self._pick_port())
             self.children = [Child(role, argv) for role, argv in argvs.items()]
             self.tail.clear()
+            self.start_log, self._t_spawn = StartLog(), time.perf_counter()
             try:
                 await self._start_children(t0 + vllm.vllm_startup_timeout_s)
                 break
@@ -151,8 +152,41 @@ class VllmServer:
         self.facts["tensor_parallel_size"] = self.spec.vllm.tensor_parallel_size
         self.facts["argv"] = self.children[0].argv[1:]
         self.facts["split_start"] = len(self.children) > 1
+        self.facts["api_server_count"] = self.spec.api_server_count
+        self.facts["start_mode"] = self.spec.vllm.start_mode.value
         self.facts["pid"] = self.proc.pid if self.proc else None
+        self.facts["cold_start"] = self.start_log.facts()
+        log.info("engine start, by vLLM's log: %s", self.start_log.summary())
         return dict(self.facts)
+
+    async def ready(self) -> dict[str, Any]:
+        """The engine served a real page: its compile caches are whole, and are published."""
+        if self.cache is None:
+            return {}
+        state = await asyncio.to_thread(self.cache.publish)
+        log.info("compile caches %s: %s", state, self.cache.published)
+        return {"caches": {"state": state, "folder": str(self.cache.published)}}
+
+    async def _prepare_caches(self) -> None:
+        """Point the compile caches at the network volume, in the folder of this start's key;
+        none without a volume, or when VLLM_CACHE_ROOT was set by hand (the user's choice)."""
+        volume = self.files.volume
+        if not volume.is_dir():
+            self.facts["caches"] = {"state": "the container's own (no network volume)"}
+            return
+        if "VLLM_CACHE_ROOT" in os.environ:
+            self.facts["caches"] = {"state": "as VLLM_CACHE_ROOT and the others were set"}
+            return
+        if self.cache is None:
+            version = await _engine_vllm_version(self.spec.vllm.vllm_python)
+            key = cache_key(self.spec, version, os.environ)
+            self.cache = VolumeCache(volume / "vllm-cache", key)
+        folder = await asyncio.to_thread(self.cache.prepare)
+        self.cache_env = self.cache.env(folder)
+        state = (
+            "building" if self.cache.building else ("private" if self.cache.private else "reused")
+        )
+        self.facts["caches"] = {"state": state, "folder": str(folder)}
 
     def _check_family(self) -> None:
         """A model downloaded at start was told by its name alone: its config must agree."""
@@ -210,18 +244,25 @@ class VllmServer:
         env = self.child_env()
         if child.role == "engine":  # fork the engine core: it has vLLM imported already
             env.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "fork")
-        child.proc = await asyncio.create_subprocess_exec(
-            python,
-            "-c",
-            _LAUNCH,
-            str(os.getpid()),
-            *rest,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            env=env,
-            start_new_session=True,  # so stop() can end its whole process group
-        )
+        try:
+            child.proc = await asyncio.create_subprocess_exec(
+                python,
+                "-c",
+                _LAUNCH,
+                str(os.getpid()),
+                *rest,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                env=env,
+                start_new_session=True,  # so stop() can end its whole process group
+            )
+        except OSError as exc:  # no such interpreter, or not one this worker may run
+            await self.stop()
+            raise ConfigError(
+                f"VLLM_PYTHON={python!r}: it cannot be run ({exc.strerror or exc}); accepted: "
+                "the interpreter of the environment that has vLLM installed"
+            ) from None
         child.reader = asyncio.create_task(self._read_log(child.proc))
 
     @staticmethod
@@ -248,10 +289,8 @@ class VllmServer:
                 env["HF_HUB_CACHE"] = self.downloaded["hub_cache"]
             else:
                 env["HF_HOME"] = self.downloaded["home"]
-        volume = self.files.volume
-        if volume.is_dir():
-            for name, where in CACHES.items():
-                env.setdefault(name, str(volume / "vllm-cache" / where))
+        for name, value in self.cache_env.items():
+            env.setdefault(name, value)
         return env
 
     async def _read_log(self, proc: asyncio.subprocess.Process) -> None:
@@ -259,6 +298,7 @@ class VllmServer:
         async for raw in proc.stdout:
             line = raw.decode(errors="replace").rstrip()
             self.tail.append(line)
+            self.start_log.line(line, time.perf_counter() - self._t_spawn)
             for name, value in facts_in(line).items():
                 self.facts.setdefault(name, value)
             if "ERROR" in line or "Traceback" in line:
@@ -343,6 +383,24 @@ class VllmServer:
                 await child.proc.wait()
             if child.reader is not None:
                 child.reader.cancel()
+        if self.cache is not None:  # a build the engine never finished is no cache
+            await asyncio.to_thread(self.cache.discard)
+
+
+async def _engine_vllm_version(python: str) -> str:
+    """The vLLM version of the engine's environment, as its package metadata says."""
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            python,
+            "-c",
+            _VLLM_VERSION,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+        out, _ = await asyncio.wait_for(proc.communicate(), 60)
+    except (OSError, TimeoutError):
+        return "unknown"
+    return out.decode().strip() or "unknown"
 
 
 def _signal_groups(pgids: list[int], sig: int) -> bool:

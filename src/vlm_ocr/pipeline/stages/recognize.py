@@ -50,8 +50,10 @@ class Recognize:
             try:
                 rec = await self.engine.recognize(image, page.job.prompt)
             except EngineError as exc:
+                page.tries += exc.tries
                 stop = JobStop("engine", str(exc)) if exc.fatal else None
                 raise PageError("engine", str(exc), stop=stop) from None
+            page.tries += rec.tries
             page.timings["engine_s"] = page.timings.get("engine_s", 0) + _since(t0)
         return rec
 

@@ -1,0 +1,125 @@
+"""`vlm-ocr bench`: its arguments, and which benchmark they pick: the pipeline's pages/s and
+time per stage (`bench`), the worker's peak memory (`bench --memory`), what page structure costs
+(`layout_bench`), or a document spread over local workers (`fanout_bench`)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+
+from ..settings import Settings
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--pages", type=int, help="pages per job (default 12; with --fanout, per document: 60)"
+    )
+    p.add_argument("--jobs", type=int, default=1, help="jobs run at once (default 1)")
+    p.add_argument(
+        "--passes",
+        type=int,
+        default=1,
+        help="run the jobs N times on the same engine and print each pass (default 1); "
+        "--direct compares with the last",
+    )
+    p.add_argument("--out", type=Path, help="local results folder (default: a temp folder)")
+    p.add_argument("--bucket", action="store_true", help="store in the configured bucket")
+    p.add_argument(
+        "--loopback-s3",
+        action="store_true",
+        help="store in an S3 server started on loopback (needs moto)",
+    )
+    p.add_argument(
+        "--output-tokens",
+        type=int,
+        help="make every answer exactly N tokens (ignore_eos), in the worker and the direct "
+        "path alike: like-for-like figures on dummy weights",
+    )
+    p.add_argument(
+        "--second-opinion",
+        action="store_true",
+        help="jobs ask for the CPU engine's second opinion on every page (its cost per page)",
+    )
+    p.add_argument(
+        "--direct",
+        action="store_true",
+        help="also send the same pages straight to the engine's server",
+    )
+    p.add_argument(
+        "--gpu-price",
+        type=float,
+        metavar="USD_PER_HOUR",
+        help="also print what a million pages cost at this GPU price per hour (all the "
+        "worker's GPUs together)",
+    )
+    _other_benchmarks(p)
+
+
+def _other_benchmarks(p: argparse.ArgumentParser) -> None:
+    """The benchmarks besides the pipeline's own: memory, fan-out, page structure, the soak."""
+    p.add_argument(
+        "--memory",
+        action="store_true",
+        help="print the worker's peak memory for one page, 64 large images and a 2,000-page "
+        "PDF (no engine), and the render cost per page",
+    )
+    p.add_argument("--scenario", help=argparse.SUPPRESS)
+    p.add_argument(
+        "--fanout",
+        action="store_true",
+        help="one document as one job on one worker, then spread over --workers local workers "
+        "behind a stand-in for RunPod's endpoint (needs moto)",
+    )
+    p.add_argument("--workers", type=int, default=2, help="workers for --fanout (default 2)")
+    p.add_argument(
+        "--pages-per-job", type=int, default=10, help="job size for --fanout (default 10)"
+    )
+    p.add_argument(
+        "--layout",
+        action="store_true",
+        help="what blocks, figure crops and the searchable PDF cost per page (no engine; "
+        "--pages scanned pages, default 24)",
+    )
+    p.add_argument(
+        "--instant-engine",
+        action="store_true",
+        help="the soak: an OpenAI-compatible server on loopback that answers at once (ENGINE="
+        "openai), losing --faults of the requests on the way and answering --slow of them late",
+    )
+    p.add_argument(
+        "--faults", type=float, default=0.02, help="--instant-engine: share lost (default 0.02)"
+    )
+    p.add_argument(
+        "--slow", type=float, default=0.005, help="--instant-engine: share slow (default 0.005)"
+    )
+    p.add_argument(
+        "--slow-s", type=float, default=2.0, help="--instant-engine: how slow, s (default 2)"
+    )
+
+
+def bench_command(settings: Settings, args: argparse.Namespace) -> int:
+    """Run the benchmark the arguments pick (each imported only when it runs)."""
+    if args.memory:
+        from .bench import memory_main, render_overhead
+
+        if not args.scenario:
+            render_overhead()
+        return memory_main(settings, args.scenario)
+    if args.layout:
+        from .layout_bench import layout_main
+
+        return asyncio.run(layout_main(settings, args.pages or 24))
+    if args.fanout:
+        from .fanout_bench import fanout_main
+
+        return fanout_main(
+            settings,
+            pages=args.pages or 60,
+            workers=args.workers,
+            pages_per_job=args.pages_per_job,
+        )
+    from .bench import bench_main
+
+    args.pages = args.pages or 12
+    return asyncio.run(bench_main(settings, args))

@@ -1,0 +1,189 @@
+"""`vlm-ocr review RESULTS [--pdf FILE | --images DIR] -o review.html`: one self-contained HTML
+file to review a job on: a summary (its pages by status, notes, engine and family, timings),
+then the pages that need attention (failed, to review, text-layer fallback, turned, blank),
+then the others; each page's picture with its blocks drawn and labelled by kind (hover or click
+one for its text), the text stored for it, and where a second opinion was asked for, both
+readings with the words that differ marked.
+
+    RESULTS ─► results (manifest, pages: the contract's models) ─► flags.ordered
+        ─► per page: pictures (its JPEG) + markup.page_section ─► document (summary, CSP)
+
+The file is bounded: the pages past `--max-mb` are listed in the summary, not shown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ...contract import JobResult, PageReport, format_ranges, parse_selection
+from ...errors import InputError
+from ...settings import Settings
+from ...storage import BucketInputs
+from . import pictures
+from .document import document, summary
+from .flags import flags_of, ordered
+from .markup import page_section
+from .results import READS_AT_ONCE, Results, ResultsError
+
+DEFAULT_MAX_MB = 20.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "results",
+        help="the job's folder (the one holding its manifest.json), or its prefix in the store "
+        "the settings select (the bucket under BUCKET_PREFIX when configured, else OUTPUT_DIR)",
+    )
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument(
+        "--pdf",
+        type=Path,
+        help="the PDF the job read (default: read from the bucket when the job's input was a key)",
+    )
+    source.add_argument("--images", type=Path, help="the folder of the images the job read")
+    parser.add_argument(
+        "-o", "--out", type=Path, default=Path("review.html"), help="default: review.html"
+    )
+    parser.add_argument(
+        "--pages",
+        help='the pages to show, e.g. "1-3,7" (default: all, those needing attention first, '
+        "as many as --max-mb allows)",
+    )
+    parser.add_argument(
+        "--max-mb",
+        type=float,
+        default=DEFAULT_MAX_MB,
+        help=f"the most the file may weigh (default {DEFAULT_MAX_MB:g} MB): the pages past it "
+        "are listed in the summary, not shown",
+    )
+
+
+def run(settings: Settings, args: argparse.Namespace) -> int:
+    return asyncio.run(review_main(settings, args))
+
+
+async def review_main(settings: Settings, args: argparse.Namespace) -> int:
+    from ...pipeline.assemble import make_store
+
+    for given in (args.pdf, args.images):
+        if given is not None and not given.exists():
+            print(f"vlm-ocr review: no such file or folder: {given}", file=sys.stderr)
+            return 2
+    try:
+        store, inputs = make_store(settings)
+        results = Results.at(args.results, store)
+        job = await results.job()
+        chosen = chosen_pages(job, args.pages)
+    except (ResultsError, ValueError) as exc:
+        print(f"vlm-ocr review: {exc}", file=sys.stderr)
+        return 1
+    with pictures.scratch() as tmp:
+        found = await find_pictures(args, chosen, inputs, Path(tmp), settings)
+        budget = int(args.max_mb * 1e6) - overhead(job, found.notes)
+        shown = await render(results, found, chosen, budget)
+    left = [p.page for p in chosen[len(shown.pages) :]]
+    why = ""
+    if left:
+        why = (
+            f"Not shown: pages {short_ranges(left)} ({len(left):,}), past the size limit of "
+            f"{args.max_mb:g} MB (--max-mb); show them with --pages or a larger --max-mb."
+        )
+    head = summary(job, [p.page for p in shown.pages], why, found.notes)
+    html = document(job, head, shown.sections)
+    args.out.write_text(html, encoding="utf-8")
+    attention = sum(bool(flags_of(p)) for p in shown.pages)
+    print(
+        f"{args.out}: {len(shown.pages)} of {len(job.pages)} pages shown ({attention} needing "
+        f"attention), {len(html.encode()) / 1e6:.2f} MB"
+    )
+    for line in ([why] if why else []) + found.notes:
+        print(f"  {line}")
+    return 0
+
+
+def short_ranges(pages: list[int], limit: int = 200) -> str:
+    """Pages as ranges, cut short when scattered (the summary's index marks each one)."""
+    text = format_ranges(pages)
+    return text if len(text) <= limit else text[: text.rfind(",", 0, limit)] + ",…"
+
+
+def overhead(job: JobResult, notes: Sequence[str]) -> int:
+    """Bytes of the file besides its pages' sections, at most: the summary with every page
+    left out (a page's link in the index is a few bytes longer than its mark), style, script."""
+    left_out = "x" * 400  # the line that says what was left out
+    empty = document(job, summary(job, [], left_out, notes), [])
+    return len(empty.encode()) + 16 * len(job.pages)
+
+
+def chosen_pages(job: JobResult, selection: str | None) -> list[PageReport]:
+    """The pages to show, in the order they are shown: `--pages`, or all of them."""
+    pages = ordered(job.pages)
+    if selection is None:
+        return pages
+    try:
+        ranges = parse_selection(selection)
+    except InputError as exc:
+        raise ValueError(f"--pages: {exc.message}") from None
+    wanted = [p for p in pages if any(lo <= p.page <= (hi or p.page) for lo, hi in ranges)]
+    if not wanted:
+        have = format_ranges([p.page for p in job.pages]) or "none"
+        raise ValueError(f"--pages {selection}: the job has no such page (it has {have})")
+    return wanted
+
+
+async def find_pictures(
+    args: argparse.Namespace,
+    pages: Sequence[PageReport],
+    inputs: BucketInputs | None,
+    tmp: Path,
+    settings: Settings,
+) -> pictures.Pictures:
+    if args.pdf is not None:
+        return pictures.from_pdf(args.pdf, pages)
+    if args.images is not None:
+        return pictures.from_images(args.images, pages)
+    return await pictures.from_bucket(inputs, pages, tmp, settings.fetch.max_download_bytes)
+
+
+@dataclass
+class Shown:
+    pages: list[PageReport]
+    sections: list[str]
+
+
+async def render(
+    results: Results, found: pictures.Pictures, pages: Sequence[PageReport], budget: int
+) -> Shown:
+    """The pages' sections in order, until the next one would pass `budget` bytes; a heading
+    before those needing attention and before the others."""
+    shown = Shown([], [])
+    used = 0
+    for start in range(0, len(pages), READS_AT_ONCE):
+        for view in await results.pages(pages[start : start + READS_AT_ONCE]):
+            r = view.report
+            size = (view.blocks.width, view.blocks.height) if view.blocks else None
+            if size is None and r.width and r.height:
+                size = (r.width, r.height)
+            jpeg, why = found.jpeg(r, size)
+            section = heading(shown.pages, r, pages) + page_section(view, jpeg, why)
+            cost = len(section.encode())
+            if used + cost > budget:
+                return shown
+            shown.pages.append(r)
+            shown.sections.append(section)
+            used += cost
+    return shown
+
+
+def heading(before: Sequence[PageReport], page: PageReport, pages: Sequence[PageReport]) -> str:
+    flagged = bool(flags_of(page))
+    if before and bool(flags_of(before[-1])) == flagged:
+        return ""
+    count = sum(bool(flags_of(p)) == flagged for p in pages)
+    title = "Needs attention" if flagged else ("The other pages" if before else "The pages")
+    return f"<h2>{title} ({count})</h2>"

@@ -1,0 +1,119 @@
+"""A job's results as the review shows them, read through the contract: the manifest as a
+`JobResult`, each page's blocks as `PageBlocks`, its stored text and its second reading.
+
+RESULTS is a job's folder on disk (the one holding its manifest.json), or its prefix in the
+store the settings select (the bucket under BUCKET_PREFIX when one is configured, else
+OUTPUT_DIR), as for `vlm-ocr show`. The manifest's keys are the store's; a folder on disk may
+have been copied from anywhere, so there they are read relative to the job's own prefix."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from ...blocks import PageBlocks
+from ...contract import JobResult, PageReport
+from ...errors import StorageError
+from ...storage import JobKeys, LocalStore, Store
+
+READS_AT_ONCE = 16  # pages read from the store at once (a bucket answers in tens of ms)
+
+
+class ResultsError(Exception):
+    """The job's results cannot be read; the message says where and why."""
+
+
+@dataclass(frozen=True)
+class PageView:
+    """One page as stored: its report, its text (a failed page's partial text), its blocks and
+    the CPU engine's reading; `problems` says what could not be read."""
+
+    report: PageReport
+    text: str | None = None
+    text_key: str | None = None
+    partial: bool = False
+    blocks: PageBlocks | None = None
+    second: str | None = None
+    problems: tuple[str, ...] = ()
+
+
+class Results:
+    """Reads one job's objects from a store."""
+
+    def __init__(self, store: Store, manifest_key: str, *, folder: bool) -> None:
+        self.store = store
+        self.manifest_key = manifest_key
+        self.folder = folder  # a job's folder on disk: keys are read relative to its prefix
+        self._strip = ""
+
+    @classmethod
+    def at(cls, results: str, store: Store) -> Results:
+        """RESULTS as a folder holding a manifest, else as a prefix in `store`."""
+        path = Path(results)
+        if (path / "manifest.json").is_file():
+            return cls(LocalStore(path), "manifest.json", folder=True)
+        if path.is_dir():
+            raise ResultsError(f"{results} has no manifest.json: give the job's own folder")
+        return cls(store, JobKeys(store.key_prefix + results.strip("/")).manifest, folder=False)
+
+    async def job(self) -> JobResult:
+        where = self.store.uri(self.manifest_key)
+        try:
+            raw = await self.store.read_text(self.manifest_key)
+            job = JobResult.model_validate(json.loads(raw))
+        except StorageError as exc:
+            raise ResultsError(f"no job manifest at {where} ({exc})") from None
+        except ValueError as exc:  # not JSON, or not a manifest (ValidationError)
+            raise ResultsError(f"{where} is not a job manifest: {exc}") from None
+        if self.folder and job.prefix:
+            self._strip = f"{job.prefix}/"
+        return job
+
+    async def pages(self, reports: Sequence[PageReport]) -> list[PageView]:
+        """The pages, in the order given, read a few at a time."""
+        gate = asyncio.Semaphore(READS_AT_ONCE)
+
+        async def one(report: PageReport) -> PageView:
+            async with gate:
+                return await self.page(report)
+
+        return list(await asyncio.gather(*(one(r) for r in reports)))
+
+    async def page(self, report: PageReport) -> PageView:
+        problems: list[str] = []
+        text_key = report.key or report.partial_key
+        text = await self._text(text_key, "text", problems)
+        second = await self._text(report.second_key, "second reading", problems)
+        blocks = None
+        raw = await self._text(report.blocks_key, "blocks", problems)
+        if raw is not None:
+            try:
+                blocks = PageBlocks.model_validate_json(raw)
+            except ValidationError as exc:
+                problems.append(f"its blocks file is not one this version reads: {exc}")
+        return PageView(
+            report,
+            text,
+            text_key,
+            partial=report.key is None and text is not None,
+            blocks=blocks,
+            second=second,
+            problems=tuple(problems),
+        )
+
+    async def _text(self, key: str | None, what: str, problems: list[str]) -> str | None:
+        if key is None:
+            return None
+        try:
+            return await self.store.read_text(key.removeprefix(self._strip))
+        except (StorageError, UnicodeDecodeError) as exc:
+            problems.append(f"its {what} ({key}) could not be read: {exc}")
+            return None
+
+    def where(self, key: str) -> str:
+        return self.store.uri(key.removeprefix(self._strip))

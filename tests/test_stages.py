@@ -18,6 +18,7 @@ from vlm_ocr import samples
 from vlm_ocr.blocks import RawBlock, place
 from vlm_ocr.contract import JobInput
 from vlm_ocr.engines.base import Recognition
+from vlm_ocr.engines.rapidocr import SecondReading
 from vlm_ocr.engines.reading import Reading
 from vlm_ocr.errors import EngineError, JobStop, PageError, StorageError
 from vlm_ocr.images import Budget, PageImage
@@ -83,9 +84,11 @@ class Models:
         self.asked.append("upright")
         return image, self.turn
 
-    async def read(self, image: PageImage) -> str | Exception:
+    async def read(self, image: PageImage) -> SecondReading | Exception:
         self.asked.append("read")
-        return self.reading
+        if isinstance(self.reading, Exception):
+            return self.reading
+        return SecondReading(self.reading, self.reading)  # no headers or footers to leave out
 
 
 @pytest.fixture

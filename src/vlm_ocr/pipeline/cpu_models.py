@@ -1,4 +1,5 @@
-"""The CPU engine's models beside the GPU engine: which way up a scan is, and a second reading.
+"""The CPU engine's models beside the GPU engine: which way up a scan is, and a second reading
+(its layout model too, unless CPU_LAYOUT is off).
 
 They run in processes of their own (a `CpuPool`), one core each, started when a page first needs
 them: spare cores beside the render processes, never the event loop. Each call has the render
@@ -12,7 +13,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ..engines.rapidocr import read_png
+from ..engines.rapidocr import SecondReading, read_png
 from ..errors import PageError
 from ..images import PageImage
 from .cpu_pool import CpuPool, TaskFailed, TaskTimeout, host_cores
@@ -23,9 +24,10 @@ T = TypeVar("T")
 
 
 class CpuModels:
-    def __init__(self, processes: int, *, timeout_s: float) -> None:
+    def __init__(self, processes: int, *, timeout_s: float, layout: bool = True) -> None:
         self.pool = CpuPool(processes or max(1, host_cores() // 2))
         self.timeout_s = timeout_s
+        self.layout = layout
         self._starting = asyncio.Lock()
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
@@ -35,10 +37,10 @@ class CpuModels:
                     await self.pool.start()
         return await self.pool.run(fn, *args, timeout_s=self.timeout_s)
 
-    async def read(self, image: PageImage) -> str | Exception:
+    async def read(self, image: PageImage) -> SecondReading | Exception:
         """The CPU engine's reading of the page (the second opinion), or why there is none."""
         try:
-            return await self._run(read_png, image.png)
+            return await self._run(read_png, image.png, self.layout)
         except (TaskTimeout, TaskFailed, PageError) as exc:
             return exc
 

@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..blocks import PageBlocks
 from ..contract import JobInput, PageItem, PageReport
@@ -17,6 +18,9 @@ from ..images import PageImage
 from ..prompts import Prompt
 from ..storage import JobKeys
 from .sources import PageRef
+
+if TYPE_CHECKING:
+    from ..engines.rapidocr import SecondReading
 
 Progress = Callable[[PageItem], None]
 
@@ -37,8 +41,8 @@ class JobContext:
     progress: Progress | None = None
     stop: JobStop | None = None
     done: int = 0
-    #: the first and last lines of pages whose blocks carry no kinds, for the document's pass
-    #: that finds running headers and footers (`running_heads`)
+    #: the first and last lines of pages whose blocks carry no kinds (or whose model may miss
+    #: some headers and footers), for the document's pass that finds them (`running_heads`)
     edges: dict[int, Edges] = field(default_factory=dict)
     #: where rendered page images are kept for the searchable PDF (a job of images that asks)
     keep_images: Path | None = None
@@ -93,11 +97,13 @@ class Figure:
 @dataclass(frozen=True)
 class PageLayout:
     """The page as blocks: its blocks file (one coordinate system, figures named), the figures
-    cut out, and its Markdown made from the blocks."""
+    cut out, its Markdown made from the blocks, and whether the document's repeated lines may
+    tell more of its headers and footers (blocks without kinds, or a model that misses some)."""
 
     doc: PageBlocks
     text: str
     figures: list[Figure]
+    across_pages: bool = False
 
 
 @dataclass(frozen=True)
@@ -130,7 +136,7 @@ class PageWork:
     fallback: str | None = None  # store: why the page's own text layer was stored instead
     key: str | None = None  # store: where its text is, once written
     partial_key: str | None = None  # store: the best partial text of a failed page
-    second_reading: asyncio.Task[str | Exception] | None = None  # second opinion, under way
+    second_reading: asyncio.Task[SecondReading | Exception] | None = None  # second opinion
     opinion: Opinion | None = None  # second opinion
     error: PageError | None = None
 

@@ -116,7 +116,11 @@ def hub_env(image: dict[str, str] | None = None) -> list[dict[str, object]]:
         else:
             hub_type = "string"
         spec: dict[str, object] = {
-            "name": name.replace("_", " ").title().replace("Vllm", "vLLM").replace("Gpu", "GPU"),
+            "name": name.replace("_", " ")
+            .title()
+            .replace("Vllm", "vLLM")
+            .replace("Gpu", "GPU")
+            .replace("Cpu", "CPU"),
             "type": hub_type,
             "description": description(name, field).replace("`", ""),
         }

@@ -1,8 +1,9 @@
 """The page as blocks, where its reading gave blocks: their boxes also in the PDF's points (as
 the page is printed, whatever turn it was read at), its figures cut from the page image (in the
 render processes), and its Markdown made from the blocks with the job's `headers_footers`.
-Blocks that are only grouped lines (the CPU engine's) keep the text as it was read: their
-headers and footers are found across the document afterwards (`running_heads`)."""
+Blocks that are only grouped lines (the CPU engine's without its layout model) keep the text as
+it was read: their headers and footers are found across the document afterwards
+(`running_heads`), as are those a reading that may miss some asks for (`across_pages`)."""
 
 from __future__ import annotations
 
@@ -79,5 +80,6 @@ class Layout:
             blocks=blocks,
             notes=notes,
         )
-        page.layout = PageLayout(doc, text, figures)
+        across = reading.across_pages or not reading.labelled
+        page.layout = PageLayout(doc, text, figures, across_pages=across)
         page.time("layout_s", t0)

@@ -40,12 +40,16 @@ class SecondOpinion:
         if isinstance(other, Exception):
             page.opinion = Opinion(None, True, [f"no second opinion: {other}"])
             return
-        found = agree(rec.text, other)
+        # An engine that labels blocks leaves headers and footers out of its text: so does the
+        # second reading it is compared with.
+        labelled = rec.reading is not None and rec.reading.labelled and bool(rec.reading.blocks)
+        compared = other.body if labelled else other.text
+        found = agree(rec.text, compared)
         page.opinion = Opinion(
             found.agreement,
             found.needs_review(self.min_agreement),
             [str(d) for d in found.differences],
-            await self._keep(page, other),
+            await self._keep(page, compared),
         )
 
     async def _keep(self, page: PageWork, text: str) -> str | None:

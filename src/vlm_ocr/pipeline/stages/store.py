@@ -57,7 +57,7 @@ class StoreText:
         kind = JSON_TYPE if job.json else TEXT_TYPE
         await self._put(key, text.encode("utf-8"), kind, None if page.fallback else record)
         page.key = key
-        if not job.json and not page.blank and (layout is None or not layout.doc.labelled):
+        if not job.json and not page.blank and (layout is None or layout.across_pages):
             job.edges[page.ref.number] = edges_of(text)
         page.time("store_s", t0)
 

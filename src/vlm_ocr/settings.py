@@ -421,7 +421,7 @@ class VllmSettings(Group):
         description="`throughput`: torch.compile and CUDA graphs of every batch size up to "
         "`MAX_NUM_SEQS` (the fastest pages); `fast`: no torch.compile (`--optimization-level 0`) "
         "and CUDA graphs of whole decode steps at powers of two only, for bursty traffic that "
-        "pays a cold start often (docs/deploying.md has both modes' figures).",
+        "pays a cold start often (docs/models.md, Cold start, says what is measured of it).",
     )
     api_server_count: int = Field(
         0,

@@ -37,7 +37,7 @@ def instant() -> Iterator[InstantEngine]:
 
 @pytest.fixture
 def proxy(instant: InstantEngine) -> Iterator[FaultProxy]:
-    proxy = FaultProxy(("127.0.0.1", instant.httpd.server_address[1]))
+    proxy = FaultProxy(("127.0.0.1", instant.port))
     yield proxy
     proxy.close()
 

@@ -9,9 +9,10 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 from vlm_ocr.testing.instant_engine import image_digest, send_fault
+from vlm_ocr.testing.loopback_http import LoopbackHTTP
 
 # rule(method, path) -> None (forward), ("status", code), ("stall", seconds): no answer,
 # ("delay", seconds): forward after a pause, or ("hold", seconds): forward once `release` is set
@@ -23,7 +24,7 @@ BodyRule = Callable[[str, str, bytes], str | None]
 ERROR_CODES = {500: "InternalError", 503: "SlowDown", 403: "AccessDenied"}
 
 
-class FaultProxy:
+class FaultProxy(LoopbackHTTP):
     def __init__(self, upstream: tuple[str, int]) -> None:
         self.rule: Rule = lambda method, path: None
         self.body_rule: BodyRule = lambda method, path, body: None
@@ -100,18 +101,7 @@ class FaultProxy:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.httpd.request_queue_size = 256
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(Handler, backlog=256)
 
 
 def first_try_of_each_page(fault: str) -> BodyRule:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from vlm_ocr.testing.loopback_http import LoopbackHTTP
 
 Route = Callable[[BaseHTTPRequestHandler], None]
 
 
-class LoopbackServer:
+class LoopbackServer(LoopbackHTTP):
     def __init__(self) -> None:
         self.routes: dict[str, Route] = {}
         self.closed = threading.Event()
@@ -26,14 +28,7 @@ class LoopbackServer:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        super().__init__(Handler)
 
     def body(self, path: str, data: bytes) -> None:
         def route(h: BaseHTTPRequestHandler) -> None:
@@ -65,6 +60,5 @@ class LoopbackServer:
         self.routes[path] = route
 
     def close(self) -> None:
-        self.closed.set()
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.closed.set()  # a stalled answer ends, so the server can shut down
+        super().close()

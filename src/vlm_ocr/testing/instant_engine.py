@@ -23,8 +23,10 @@ import sys
 import threading
 import time
 from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from .loopback_http import LoopbackHTTP
 
 # What a request lost on the way can look like to the client.
 FAULTS = ("drop", "cut", "reset", "502", "503", "504", "garbage")
@@ -94,7 +96,7 @@ def image_digest(request: dict[str, Any]) -> str:
     return hashlib.sha256("".join(urls).encode()).hexdigest()[:12]
 
 
-class InstantEngine:
+class InstantEngine(LoopbackHTTP):
     """The server, on a thread of its own. `faults`: the share of requests lost on the way (one
     of `kinds`, chosen at random); `slow`: the share answered after `slow_s` seconds."""
 
@@ -147,10 +149,7 @@ class InstantEngine:
             def log_message(self, *args: object) -> None:
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.httpd.request_queue_size = 1024  # a burst of new connections is not refused
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        super().__init__(Handler, backlog=1024)
 
     def draw(self) -> tuple[str | None, bool]:
         """This request's fate: the fault it meets (or None), and whether it is slow."""
@@ -163,14 +162,6 @@ class InstantEngine:
             slow = self.random.random() < self.slow
             self.stats["slow" if slow else "instant"] += 1
             return None, slow
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 def main(argv: list[str] | None = None) -> None:

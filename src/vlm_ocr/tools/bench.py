@@ -29,6 +29,7 @@ from .. import samples
 from ..contract import JobResult, PageReport
 from ..engines.base import EngineOptions
 from ..engines.factory import make_engine
+from ..engines.vllm.logs import summary as start_summary
 from ..errors import EngineError
 from ..images import Budget, PageImage
 from ..pipeline.render import render_pdf_page
@@ -403,17 +404,7 @@ def print_report(
 def print_start(engine: dict[str, Any]) -> None:
     """The engine's start as vLLM's log took it apart, and what it started with."""
     if phases := engine.get("cold_start"):
-        shown = {k: v for k, v in phases.items() if isinstance(v, int | float)}
-        print(
-            "cold start by vLLM's log: "
-            + ", ".join(f"{k} {v:g}" for k, v in shown.items())
-            + f"; compile cache {phases.get('compile_cache')}"
-            + (
-                f"; FlashInfer autotune {phases['flashinfer_autotune']}"
-                if "flashinfer_autotune" in phases
-                else ""
-            )
-        )
+        print(f"cold start by vLLM's log: {start_summary(phases)}")
     if "api_server_count" in engine:
         caches = engine.get("caches", {})
         print(

@@ -66,25 +66,95 @@ def exit_reason(role: str, when: str, code: int | None, lines: list[str]) -> str
 
 # --- the cold start, phase by phase -------------------------------------------------------------
 
-# Phases whose length vLLM states (its own clock), by the line that states it; the first
-# statement of each counts (with several replicas or API servers, each says it once).
-_STATED = {
-    "weights_s": re.compile(r"Loading weights took ([\d.]+) s"),
-    "model_load_s": re.compile(r"Model loading took [\d.]+ GiB(?: memory)? and ([\d.]+) s"),
-    "dynamo_s": re.compile(r"Dynamo bytecode transform time: ([\d.]+) s"),
-    "torch_compile_s": re.compile(r"torch\.compile (?:takes|took) ([\d.]+) s in total"),
-    "profiling_s": re.compile(r"Initial profiling/warmup run took ([\d.]+) s"),
-    "cuda_graphs_s": re.compile(r"Graph capturing finished in ([\d.]+) sec"),
-    "engine_init_s": re.compile(
-        r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+)"
+# The phases of a start, in the order they come: (key, label, how it is read). A `stated` phase's
+# length is the one vLLM's line gives (its own clock; the first statement counts: with several
+# replicas or API servers each says it once); a `marked` one is the moment its line arrives here,
+# in seconds since the spawn.
+_PHASES = (
+    ("first_log_line_at_s", "first log line at", "marked", re.compile(r"\S")),
+    (
+        "engine_core_at_s",
+        "engine core up at",
+        "marked",
+        re.compile(r"Initializing a V1 LLM engine"),
     ),
-}
-# Moments the log marks, timed here as the line arrives (seconds since the spawn).
-_MARKED = {
-    "first_log_line_at_s": re.compile(r"\S"),
-    "engine_ready_at_s": re.compile(r"init engine \(profile, create kv cache, warmup model\)"),
-    "api_server_ready_at_s": re.compile(r"Application startup complete|Starting vLLM API server"),
-}
+    ("model_load_at_s", "model load begun at", "marked", re.compile(r"Starting to load model")),
+    ("weights_s", "weights", "stated", re.compile(r"Loading weights took ([\d.]+) s")),
+    (
+        "model_load_s",
+        "model load",
+        "stated",
+        re.compile(r"Model loading took [\d.]+ GiB(?: memory)? and ([\d.]+) s"),
+    ),
+    ("dynamo_s", "dynamo", "stated", re.compile(r"Dynamo bytecode transform time: ([\d.]+) s")),
+    (
+        "torch_compile_s",
+        "torch.compile",
+        "stated",
+        re.compile(r"torch\.compile (?:takes|took) ([\d.]+) s in total"),
+    ),
+    (
+        "profiling_s",
+        "profiling run",
+        "stated",
+        re.compile(r"Initial profiling/warmup run took ([\d.]+) s"),
+    ),
+    (
+        "cuda_graphs_s",
+        "CUDA graphs",
+        "stated",
+        re.compile(r"Graph capturing finished in ([\d.]+) sec"),
+    ),
+    (
+        "engine_init_s",
+        "engine init",
+        "stated",
+        re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+)"),
+    ),
+    (
+        "engine_ready_at_s",
+        "engine ready at",
+        "marked",
+        re.compile(r"init engine \(profile, create kv cache, warmup model\)"),
+    ),
+    (
+        "api_server_ready_at_s",
+        "API server ready at",
+        "marked",
+        re.compile(r"Application startup complete|Starting vLLM API server"),
+    ),
+)
+_LABELS = {key: label for key, label, _, _ in _PHASES}
+# The stretches between those lines that vLLM does not time, worked out from them: (key, label,
+# the moment it ends, the moments it may begin at, latest known first).
+_UNTIMED = (
+    (
+        "engine_core_start_s",
+        "the engine core's process start",
+        "engine_core_at_s",
+        ("first_log_line_at_s",),
+    ),
+    (
+        "worker_init_s",
+        "its worker's start and device init",
+        "model_load_at_s",
+        ("engine_core_at_s",),
+    ),
+    # from the last of those lines seen, less the model load (vLLM times that)
+    (
+        "before_engine_init_s",
+        "until engine init, model load aside",
+        "engine_init_began_at_s",
+        ("model_load_at_s", "engine_core_at_s", "first_log_line_at_s"),
+    ),
+    (
+        "api_servers_after_engine_s",
+        "the API servers after the engine",
+        "api_server_ready_at_s",
+        ("engine_ready_at_s",),
+    ),
+)
+_LABELS |= {key: label for key, label, *_ in _UNTIMED}
 _COMPILE_CACHE = (
     ("hit", re.compile(r"Directly load the compiled graph|from the cache, took")),
     ("miss", re.compile(r"Compiling a graph for (?:dynamic shape|compile range)")),
@@ -95,10 +165,9 @@ _FLASHINFER_AUTOTUNE = (
     ("tuned at start", re.compile(r"No FlashInfer autotune cache entries found")),
     ("read from the cache", re.compile(r"FlashInfer autotune cache loaded")),
 )
-# What takes time at start that vLLM does not time in its log.
+# What takes time at start that no line of vLLM's log times or bounds on its own.
 NOT_LOGGED = (
     "imports before the first log line",
-    "the API servers' own start between the engine's readiness and theirs",
     "Triton autotuning of the GDN layers (inside the profiling run)",
     "FlashInfer and DeepGEMM JIT warm-up (inside engine init)",
     "the multimodal processor's warm-up in the API server",
@@ -114,12 +183,10 @@ class StartLog:
         self.flashinfer_autotune: str | None = None
 
     def line(self, text: str, since_spawn_s: float) -> None:
-        for name, pattern in _STATED.items():
-            if name not in self.phases and (m := pattern.search(text)):
-                self.phases[name] = float(m.group(1))
-        for name, pattern in _MARKED.items():
-            if name not in self.phases and pattern.search(text):
-                self.phases[name] = round(since_spawn_s, 2)
+        for name, _, kind, pattern in _PHASES:
+            if name in self.phases or not (m := pattern.search(text)):
+                continue
+            self.phases[name] = float(m.group(1)) if kind == "stated" else round(since_spawn_s, 2)
         for state, pattern in _COMPILE_CACHE:
             if self.compile_cache is None and pattern.search(text):
                 self.compile_cache = state
@@ -127,8 +194,24 @@ class StartLog:
             if self.flashinfer_autotune is None and pattern.search(text):
                 self.flashinfer_autotune = state
 
+    def untimed(self) -> dict[str, float]:
+        """The stretches vLLM does not time, from the moments its lines came (those it logged)."""
+        at = dict(self.phases)
+        if "engine_ready_at_s" in at and "engine_init_s" in at:
+            at["engine_init_began_at_s"] = at["engine_ready_at_s"] - at["engine_init_s"]
+        out = {}
+        for key, _, end, begins in _UNTIMED:
+            begin = next((b for b in begins if b in at), None)
+            if end not in at or begin is None:
+                continue
+            # the model load lies inside the stretch before engine init, whichever line began it
+            timed = at.get("model_load_s", 0.0) if key == "before_engine_init_s" else 0.0
+            out[key] = round(max(0.0, at[end] - at[begin] - timed), 2)
+        return out
+
     def facts(self) -> dict[str, object]:
         out: dict[str, object] = dict(self.phases)
+        out["untimed"] = self.untimed()
         out["compile_cache"] = self.compile_cache or "not logged (nothing compiled)"
         if self.flashinfer_autotune:
             out["flashinfer_autotune"] = self.flashinfer_autotune
@@ -137,19 +220,26 @@ class StartLog:
 
     def summary(self) -> str:
         """One line for the log: each phase with its figure."""
-        words = {
-            "first_log_line_at_s": "first log line at",
-            "weights_s": "weights",
-            "model_load_s": "model load",
-            "dynamo_s": "dynamo",
-            "torch_compile_s": "torch.compile",
-            "profiling_s": "profiling run",
-            "cuda_graphs_s": "CUDA graphs",
-            "engine_init_s": "engine init",
-            "engine_ready_at_s": "engine ready at",
-            "api_server_ready_at_s": "API server ready at",
-        }
-        parts = [f"{words[k]} {v:g} s" for k, v in self.phases.items() if k in words]
-        if self.compile_cache:
-            parts.append(f"compile cache {self.compile_cache}")
-        return ", ".join(parts) or "no phase logged"
+        return summary(self.facts())
+
+
+def summary(cold_start: dict[str, object]) -> str:
+    """The engine facts' `cold_start` as one line: each phase with its figure, then what vLLM
+    does not time, the compile cache and FlashInfer's autotuning."""
+    parts = [
+        f"{_LABELS[k]} {v:g} s" for k, v in cold_start.items() if k in _LABELS and _is_number(v)
+    ]
+    untimed = cold_start.get("untimed")
+    if isinstance(untimed, dict) and untimed:
+        parts.append(
+            "not timed by vLLM: " + ", ".join(f"{_LABELS[k]} {v:g} s" for k, v in untimed.items())
+        )
+    if (cache := cold_start.get("compile_cache")) and not str(cache).startswith("not logged"):
+        parts.append(f"compile cache {cache}")
+    if tuned := cold_start.get("flashinfer_autotune"):
+        parts.append(f"FlashInfer autotune {tuned}")
+    return ", ".join(parts) or "no phase logged"
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)

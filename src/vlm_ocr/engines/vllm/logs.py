@@ -66,10 +66,10 @@ def exit_reason(role: str, when: str, code: int | None, lines: list[str]) -> str
 
 # --- the cold start, phase by phase -------------------------------------------------------------
 
-# The phases of a start, in the order they come: (key, label, how it is read). A `stated` phase's
-# length is the one vLLM's line gives (its own clock; the first statement counts: with several
-# replicas or API servers each says it once); a `marked` one is the moment its line arrives here,
-# in seconds since the spawn.
+# The phases of a start, in the order they come: (key, label, how it is read, its line). A
+# `stated` phase's length is the one vLLM's line gives (its own clock; the first statement counts:
+# with several replicas or API servers each says it once); a `marked` one is the moment its line
+# arrives here, in seconds since the spawn.
 _PHASES = (
     ("first_log_line_at_s", "first log line at", "marked", re.compile(r"\S")),
     (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 from vlm_ocr.tools.bench import Timeline
@@ -67,3 +68,55 @@ def test_the_peak_is_when_the_most_requests_were_in_flight() -> None:
     assert figures["mean_in_flight"] == (2 + 3 + 1) / 8
     assert (figures["first_request_s"], figures["after_last_answer_s"]) == (1, 1)
     timeline.close()
+
+
+def test_progress_says_answers_pace_and_requests_in_flight() -> None:
+    timeline = Timeline(Engine())
+    t0 = timeline.t0
+    timeline.spans, timeline.sent = [(t0 + 1, t0 + 3), (t0 + 2, t0 + 5)], 3
+    # two answers in the 4 s since the first request was sent; the third is still out
+    assert timeline.progress("worker pass 1", t0 + 5) == (
+        "progress, worker pass 1: 2 answers at 5.0 s (0.50 a second since the first request), "
+        "1 in flight"
+    )
+    timeline.spans, timeline.sent = [], 0
+    assert "0 answers at 1.0 s (none yet" in timeline.progress("direct path", t0 + 1)
+    timeline.close()
+
+
+def test_progress_lines_come_while_a_run_goes_and_stop_with_it(capsys) -> None:
+    class Held:
+        def __init__(self) -> None:
+            self.release = asyncio.Event()
+
+        async def ask(self, page: int) -> int:
+            await self.release.wait()
+            return page
+
+    async def printed(text: str, seen: list[str]) -> None:
+        # bounded: the reporter prints every 10 ms, a busy machine may take far longer
+        for _ in range(2000):
+            seen.append(capsys.readouterr().out)
+            if text in "".join(seen):
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError(f"no progress line with {text!r} in {''.join(seen)!r}")
+
+    async def run() -> None:
+        engine = Held()
+        timeline = Timeline(engine, label="direct path", progress_s=0.01)
+        asks = [asyncio.ensure_future(engine.ask(n)) for n in range(2)]
+        seen: list[str] = []
+        await printed("progress, direct path: 0 answers", seen)
+        await printed("2 in flight", seen)
+        engine.release.set()
+        assert await asyncio.gather(*asks) == [0, 1]
+        await printed("2 answers", seen)
+        reporter = timeline._reporter
+        timeline.close()
+        assert reporter is not None
+        with contextlib.suppress(asyncio.CancelledError):
+            await reporter
+        assert reporter.cancelled()
+
+    asyncio.run(run())

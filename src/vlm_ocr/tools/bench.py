@@ -103,6 +103,7 @@ async def bench_main(settings: Settings, args: argparse.Namespace) -> int:
                     jobs=args.jobs,
                     second_opinion=args.second_opinion,
                     series=n,
+                    progress_s=args.progress,
                 )
                 for n in range(args.passes)
             ]
@@ -157,23 +158,50 @@ class Timeline:
     """When each engine request was sent and answered, recorded around the engine's `ask`:
     how full a run kept the engine (the mean of requests in flight), how long it took to send
     the first request and to finish after the last answer. The worker and the direct path are
-    measured alike, so their difference is the worker's own."""
+    measured alike, so their difference is the worker's own. With `progress_s`, a line every that
+    many seconds says how far the run has come, so a run stopped at a time limit still leaves
+    its pace behind."""
 
-    def __init__(self, engine: Any) -> None:
+    def __init__(self, engine: Any, *, label: str = "", progress_s: float = 0.0) -> None:
         self.spans: list[tuple[float, float]] = []
+        self.sent = 0
         self.t0 = time.perf_counter()
         self._engine, self._ask = engine, getattr(engine, "ask", None)
         if self._ask is not None:
             engine.ask = self._recorded
+        self._reporter = (
+            asyncio.get_running_loop().create_task(self._report(label, progress_s))
+            if progress_s > 0 and self._ask is not None
+            else None
+        )
 
     async def _recorded(self, *args: Any, **kwargs: Any) -> Any:
         sent = time.perf_counter()
+        self.sent += 1
         try:
             return await self._ask(*args, **kwargs)
         finally:
             self.spans.append((sent, time.perf_counter()))
 
+    async def _report(self, label: str, every_s: float) -> None:
+        while True:
+            await asyncio.sleep(every_s)
+            print(self.progress(label, time.perf_counter()), flush=True)
+
+    def progress(self, label: str, now: float) -> str:
+        """How far the run has come: answers so far, their pace since the first request was
+        sent, and the requests in flight."""
+        answered = len(self.spans)
+        since = now - min((s for s, _ in self.spans), default=self.t0)
+        pace = f"{answered / since:.2f} a second" if answered and since > 0 else "none yet"
+        return (
+            f"progress, {label}: {answered} answers at {now - self.t0:.1f} s ({pace} since the "
+            f"first request), {self.sent - answered} in flight"
+        )
+
     def close(self) -> None:
+        if self._reporter is not None:
+            self._reporter.cancel()
         if self._ask is not None:
             del self._engine.ask  # the class's method again
 
@@ -206,7 +234,13 @@ class Timeline:
 
 
 async def run_bench(
-    worker: Any, *, pages: int, jobs: int, second_opinion: bool = False, series: int = 0
+    worker: Any,
+    *,
+    pages: int,
+    jobs: int,
+    second_opinion: bool = False,
+    series: int = 0,
+    progress_s: float = 0.0,
 ) -> dict[str, Any]:
     """One pass of `jobs` jobs of `pages` pages; pass `series` n for the n-th pass of a run."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -231,7 +265,8 @@ async def run_bench(
 
     cpu0, pool0 = time.process_time(), cpu_seconds(worker.pool.pids())
     models0 = cpu_seconds(worker.cpu_models.pool.pids())
-    timeline = Timeline(worker.engine)  # its t0 is the run's start, as on the direct path
+    # its t0 is the run's start, as on the direct path
+    timeline = Timeline(worker.engine, label=f"worker pass {series + 1}", progress_s=progress_s)
     try:
         results = await asyncio.gather(*(one(j) for j in range(jobs)))
     finally:
@@ -318,7 +353,7 @@ async def _direct(worker: Any, args: argparse.Namespace) -> dict[str, Any]:
             latencies.append(time.perf_counter() - t0)
             tokens.append(answer.output_tokens or 0)
 
-    timeline = Timeline(engine)
+    timeline = Timeline(engine, label="direct path", progress_s=args.progress)
     try:
         await asyncio.gather(*(one(p) for p in pages))
     finally:

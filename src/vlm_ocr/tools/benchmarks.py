@@ -47,6 +47,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="also send the same pages straight to the engine's server",
     )
     p.add_argument(
+        "--progress",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="print how far each pass and the direct path have come every SECONDS (default 30; "
+        "0: never), so a run stopped at a time limit still shows its pace",
+    )
+    p.add_argument(
         "--gpu-price",
         type=float,
         metavar="USD_PER_HOUR",

@@ -179,6 +179,8 @@ def test_two_workers_starting_at_once_never_leave_a_broken_cache(tmp_path: Path)
 # vLLM's own lines (0.26's and 0.32's wording), as a start logs them
 START_LOG = [
     "INFO 12-01 10:00:01 [api_server.py:1] vLLM API server version 0.32.0",
+    "INFO 12-01 10:00:05 [serve.py:1] Launching 1 data parallel engine(s) in headless mode, with "
+    "head node address tcp://127.0.0.1:22144.",
     "INFO 12-01 10:00:09 [core.py:1] Initializing a V1 LLM engine (v0.32.0) with config: ...",
     "INFO 12-01 10:00:15 [gpu_model_runner.py:1] Starting to load model /models/chandra...",
     "INFO 12-01 10:00:20 [default_loader.py:1] Loading weights took 3.21 seconds",
@@ -203,8 +205,9 @@ def test_the_cold_start_is_taken_apart_from_vllms_log() -> None:
     facts = start.facts()
     assert {k: facts[k] for k in start.phases} == {
         "first_log_line_at_s": 10.0,
-        "engine_core_at_s": 20.0,
-        "model_load_at_s": 30.0,
+        "engine_config_at_s": 20.0,
+        "engine_core_at_s": 30.0,
+        "model_load_at_s": 40.0,
         "weights_s": 3.21,
         "model_load_s": 4.512,
         "dynamo_s": 7.43,
@@ -212,21 +215,22 @@ def test_the_cold_start_is_taken_apart_from_vllms_log() -> None:
         "profiling_s": 6.05,
         "cuda_graphs_s": 9.0,
         "engine_init_s": 61.03,
-        "engine_ready_at_s": 110.0,
-        "api_server_ready_at_s": 120.0,
+        "engine_ready_at_s": 120.0,
+        "api_server_ready_at_s": 130.0,
     }
-    # what vLLM does not time, between its lines: engine init began at 110 - 61.03 s
+    # what vLLM does not time, between its lines: engine init began at 120 - 61.03 s
     assert facts["untimed"] == {
+        "engine_config_s": 10.0,
         "engine_core_start_s": 10.0,
         "worker_init_s": 10.0,
-        "before_engine_init_s": round(110 - 61.03 - 30 - 4.512, 2),
+        "before_engine_init_s": round(120 - 61.03 - 40 - 4.512, 2),
         "api_servers_after_engine_s": 10.0,
     }
     assert facts["compile_cache"] == "miss"
     assert "Triton autotuning of the GDN layers (inside the profiling run)" in facts["not_logged"]
     line = start.summary()
     assert "torch.compile 41.27 s" in line and "compile cache miss" in line
-    assert "not timed by vLLM: the engine core's process start 10 s" in line
+    assert "not timed by vLLM: the engine launcher's config 10 s" in line
     assert summary(facts) == line  # the bench prints the engine facts' figures the same way
     # vLLM 0.26 on the H200 (olmOCR 2, a second start) logged neither the engine core's first
     # line nor the model load's beginning: one stretch from the first line to engine init

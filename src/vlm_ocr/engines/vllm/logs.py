@@ -72,6 +72,13 @@ def exit_reason(role: str, when: str, code: int | None, lines: list[str]) -> str
 # arrives here, in seconds since the spawn.
 _PHASES = (
     ("first_log_line_at_s", "first log line at", "marked", re.compile(r"\S")),
+    # the split start's engine launcher, its config made (the model's config and class read)
+    (
+        "engine_config_at_s",
+        "engine launcher configured at",
+        "marked",
+        re.compile(r"data parallel engine\(s\) in headless mode"),
+    ),
     (
         "engine_core_at_s",
         "engine core up at",
@@ -129,10 +136,17 @@ _LABELS = {key: label for key, label, _, _ in _PHASES}
 # the moment it ends, the moments it may begin at, latest known first).
 _UNTIMED = (
     (
-        "engine_core_start_s",
-        "the engine core's process start",
-        "engine_core_at_s",
+        "engine_config_s",
+        "the engine launcher's config",
+        "engine_config_at_s",
         ("first_log_line_at_s",),
+    ),
+    # the engine core logs its first line once its handshake with the API server is done
+    (
+        "engine_core_start_s",
+        "the engine core's start and handshake",
+        "engine_core_at_s",
+        ("engine_config_at_s", "first_log_line_at_s"),
     ),
     (
         "worker_init_s",
@@ -145,7 +159,7 @@ _UNTIMED = (
         "before_engine_init_s",
         "until engine init, model load aside",
         "engine_init_began_at_s",
-        ("model_load_at_s", "engine_core_at_s", "first_log_line_at_s"),
+        ("model_load_at_s", "engine_core_at_s", "engine_config_at_s", "first_log_line_at_s"),
     ),
     (
         "api_servers_after_engine_s",

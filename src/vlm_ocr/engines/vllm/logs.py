@@ -66,100 +66,49 @@ def exit_reason(role: str, when: str, code: int | None, lines: list[str]) -> str
 
 # --- the cold start, phase by phase -------------------------------------------------------------
 
-# The phases of a start, in the order they come: (key, label, how it is read, its line). A
-# `stated` phase's length is the one vLLM's line gives (its own clock; the first statement counts:
-# with several replicas or API servers each says it once); a `marked` one is the moment its line
-# arrives here, in seconds since the spawn.
-_PHASES = (
-    ("first_log_line_at_s", "first log line at", "marked", re.compile(r"\S")),
-    # the split start's engine launcher, its config made (the model's config and class read)
-    (
-        "engine_config_at_s",
-        "engine launcher configured at",
-        "marked",
-        re.compile(r"data parallel engine\(s\) in headless mode"),
-    ),
-    (
-        "engine_core_at_s",
-        "engine core up at",
-        "marked",
-        re.compile(r"Initializing a V1 LLM engine"),
-    ),
-    ("model_load_at_s", "model load begun at", "marked", re.compile(r"Starting to load model")),
-    ("weights_s", "weights", "stated", re.compile(r"Loading weights took ([\d.]+) s")),
-    (
-        "model_load_s",
-        "model load",
-        "stated",
-        re.compile(r"Model loading took [\d.]+ GiB(?: memory)? and ([\d.]+) s"),
-    ),
-    ("dynamo_s", "dynamo", "stated", re.compile(r"Dynamo bytecode transform time: ([\d.]+) s")),
-    (
-        "torch_compile_s",
-        "torch.compile",
-        "stated",
-        re.compile(r"torch\.compile (?:takes|took) ([\d.]+) s in total"),
-    ),
-    (
-        "profiling_s",
-        "profiling run",
-        "stated",
-        re.compile(r"Initial profiling/warmup run took ([\d.]+) s"),
-    ),
-    (
-        "cuda_graphs_s",
-        "CUDA graphs",
-        "stated",
-        re.compile(r"Graph capturing finished in ([\d.]+) sec"),
-    ),
-    (
-        "engine_init_s",
-        "engine init",
-        "stated",
-        re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+)"),
-    ),
-    (
-        "engine_ready_at_s",
-        "engine ready at",
-        "marked",
-        re.compile(r"init engine \(profile, create kv cache, warmup model\)"),
-    ),
-    (
-        "api_server_ready_at_s",
-        "API server ready at",
-        "marked",
-        re.compile(r"Application startup complete|Starting vLLM API server"),
-    ),
+_INIT_ENGINE = r"init engine \(profile, create kv cache, warmup model\)"
+# The phases of a start, in the order they come: (key, label, its line). A line with a group
+# states a phase's length (vLLM's own clock; the first statement counts: with several replicas or
+# API servers each says it once); one without marks a moment, the time its line arrives here in
+# seconds since the spawn.
+_PHASES = tuple(
+    (key, label, re.compile(line))
+    for key, label, line in (
+        ("first_log_line_at_s", "first log line at", r"\S"),
+        # the split start's engine launcher, its config made (the model's config and class read)
+        ("engine_config_at_s", "engine launcher configured at", r"engine\(s\) in headless mode"),
+        ("engine_core_at_s", "engine core up at", r"Initializing a V1 LLM engine"),
+        ("model_load_at_s", "model load begun at", r"Starting to load model"),
+        ("weights_s", "weights", r"Loading weights took ([\d.]+) s"),
+        ("model_load_s", "model load", r"Model loading took [\d.]+ GiB(?: memory)? and ([\d.]+) s"),
+        ("dynamo_s", "dynamo", r"Dynamo bytecode transform time: ([\d.]+) s"),
+        ("torch_compile_s", "torch.compile", r"torch\.compile (?:takes|took) ([\d.]+) s in total"),
+        ("profiling_s", "profiling run", r"Initial profiling/warmup run took ([\d.]+) s"),
+        ("cuda_graphs_s", "CUDA graphs", r"Graph capturing finished in ([\d.]+) sec"),
+        ("engine_init_s", "engine init", _INIT_ENGINE + r" took ([\d.]+)"),
+        ("engine_ready_at_s", "engine ready at", _INIT_ENGINE),
+        (
+            "api_server_ready_at_s",
+            "API server ready at",
+            r"Application startup complete|Starting vLLM API server",
+        ),
+    )
 )
-_LABELS = {key: label for key, label, _, _ in _PHASES}
+_LABELS = {key: label for key, label, _ in _PHASES}
 # The stretches between those lines that vLLM does not time, worked out from them: (key, label,
 # the moment it ends, the moments it may begin at, latest known first).
+_CORE, _CONFIG, _FIRST = "engine_core_at_s", "engine_config_at_s", "first_log_line_at_s"
 _UNTIMED = (
-    (
-        "engine_config_s",
-        "the engine launcher's config",
-        "engine_config_at_s",
-        ("first_log_line_at_s",),
-    ),
+    ("engine_config_s", "the engine launcher's config", _CONFIG, (_FIRST,)),
     # the engine core logs its first line once its handshake with the API server is done
-    (
-        "engine_core_start_s",
-        "the engine core's start and handshake",
-        "engine_core_at_s",
-        ("engine_config_at_s", "first_log_line_at_s"),
-    ),
-    (
-        "worker_init_s",
-        "its worker's start and device init",
-        "model_load_at_s",
-        ("engine_core_at_s",),
-    ),
+    ("engine_core_start_s", "the engine core's start and handshake", _CORE, (_CONFIG, _FIRST)),
+    ("worker_init_s", "its worker's start and device init", "model_load_at_s", (_CORE,)),
     # from the last of those lines seen, less the model load (vLLM times that)
     (
         "before_engine_init_s",
         "until engine init, model load aside",
         "engine_init_began_at_s",
-        ("model_load_at_s", "engine_core_at_s", "engine_config_at_s", "first_log_line_at_s"),
+        ("model_load_at_s", _CORE, _CONFIG, _FIRST),
     ),
     (
         "api_servers_after_engine_s",
@@ -169,6 +118,7 @@ _UNTIMED = (
     ),
 )
 _LABELS |= {key: label for key, label, *_ in _UNTIMED}
+NOTHING_COMPILED = "not logged (nothing compiled)"
 _COMPILE_CACHE = (
     ("hit", re.compile(r"Directly load the compiled graph|from the cache, took")),
     ("miss", re.compile(r"Compiling a graph for (?:dynamic shape|compile range)")),
@@ -197,10 +147,10 @@ class StartLog:
         self.flashinfer_autotune: str | None = None
 
     def line(self, text: str, since_spawn_s: float) -> None:
-        for name, _, kind, pattern in _PHASES:
+        for name, _, pattern in _PHASES:
             if name in self.phases or not (m := pattern.search(text)):
                 continue
-            self.phases[name] = float(m.group(1)) if kind == "stated" else round(since_spawn_s, 2)
+            self.phases[name] = float(m.group(1)) if pattern.groups else round(since_spawn_s, 2)
         for state, pattern in _COMPILE_CACHE:
             if self.compile_cache is None and pattern.search(text):
                 self.compile_cache = state
@@ -226,7 +176,7 @@ class StartLog:
     def facts(self) -> dict[str, object]:
         out: dict[str, object] = dict(self.phases)
         out["untimed"] = self.untimed()
-        out["compile_cache"] = self.compile_cache or "not logged (nothing compiled)"
+        out["compile_cache"] = self.compile_cache or NOTHING_COMPILED
         if self.flashinfer_autotune:
             out["flashinfer_autotune"] = self.flashinfer_autotune
         out["not_logged"] = list(NOT_LOGGED)
@@ -248,7 +198,7 @@ def summary(cold_start: dict[str, object]) -> str:
         parts.append(
             "not timed by vLLM: " + ", ".join(f"{_LABELS[k]} {v:g} s" for k, v in untimed.items())
         )
-    if (cache := cold_start.get("compile_cache")) and not str(cache).startswith("not logged"):
+    if (cache := cold_start.get("compile_cache")) and cache != NOTHING_COMPILED:
         parts.append(f"compile cache {cache}")
     if tuned := cold_start.get("flashinfer_autotune"):
         parts.append(f"FlashInfer autotune {tuned}")

@@ -62,7 +62,8 @@ ENV HF_HOME=/models/hf \
 # handles SIGTERM itself: it stops its engine and render processes, then exits.
 WORKDIR /app
 COPY pyproject.toml README.md LICENSE handler.py ./
-COPY src ./src
+# The product's package alone: the lab (benchmarks, evaluation, stand-ins) is not carried.
+COPY src/vlm_ocr ./src/vlm_ocr
 RUN uv pip install --python /opt/worker/bin/python --no-cache --compile-bytecode --no-deps .
 
 ENTRYPOINT []

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import time
 
-from vlm_ocr.tools.bench import Timeline
+from vlm_ocr_lab.bench.pipeline import Timeline
 
 
 class Engine:

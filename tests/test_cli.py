@@ -1,4 +1,4 @@
-"""`vlm-ocr run` and `vlm-ocr bench` as a user runs them."""
+"""`vlm-ocr run` and `vlm-ocr-lab bench` as a user runs them."""
 
 from __future__ import annotations
 
@@ -8,15 +8,15 @@ from pathlib import Path
 
 from vlm_ocr import samples
 from vlm_ocr.pipeline.textsim import similarity
-from vlm_ocr.testing.local_endpoint import worker_environ
+from vlm_ocr_lab.standins.local_endpoint import worker_environ
 
 from .support import TEST_PIXELS
 
 
-def cli(*args: str, tmp: Path) -> subprocess.CompletedProcess[str]:
+def cli(*args: str, tmp: Path, package: str = "vlm_ocr") -> subprocess.CompletedProcess[str]:
     env = worker_environ(MAX_PIXELS=str(TEST_PIXELS))
     return subprocess.run(
-        [sys.executable, "-m", "vlm_ocr", *args],
+        [sys.executable, "-m", package, *args],
         cwd=tmp,
         env=env,
         capture_output=True,
@@ -43,7 +43,7 @@ def test_run_reports_missing_file(tmp_path: Path) -> None:
 
 
 def test_bench_prints_figures(tmp_path: Path) -> None:
-    proc = cli("bench", "--pages", "2", tmp=tmp_path)
+    proc = cli("bench", "--pages", "2", tmp=tmp_path, package="vlm_ocr_lab")
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "pages/s:" in proc.stdout
     for stage in ("render_s", "engine_s", "store_s"):
@@ -52,7 +52,17 @@ def test_bench_prints_figures(tmp_path: Path) -> None:
 
 def test_bench_passes_are_each_reported_on_pages_new_to_the_engine(tmp_path: Path) -> None:
     out = tmp_path / "results"
-    proc = cli("bench", "--pages", "2", "--passes", "2", "--out", str(out), tmp=tmp_path)
+    proc = cli(
+        "bench",
+        "--pages",
+        "2",
+        "--passes",
+        "2",
+        "--out",
+        str(out),
+        tmp=tmp_path,
+        package="vlm_ocr_lab",
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "pass 1: pages: 2  failed: 0" in proc.stdout
     assert "pass 2: pages: 2  failed: 0" in proc.stdout

@@ -21,7 +21,7 @@ from vlm_ocr.engines.reading_order import Line
 from vlm_ocr.errors import ConfigError
 from vlm_ocr.images import Budget
 from vlm_ocr.pipeline.worker import warmup_page
-from vlm_ocr.tools.furniture_bench import EN_BODY, BuiltPage, documents, pdf
+from vlm_ocr_lab.bench.furniture import EN_BODY, BuiltPage, documents, pdf
 
 from .support import TEST_PIXELS, b64, make_settings, new_worker, run_job
 

@@ -16,12 +16,12 @@ import httpx
 import pytest
 
 from vlm_ocr import samples
+from vlm_ocr.cli.plan import image_tokens
 from vlm_ocr.engines.base import EngineOptions
 from vlm_ocr.engines.factory import make_engine
 from vlm_ocr.pipeline.worker import build_worker, start_worker
 from vlm_ocr.settings import EngineKind, Settings
-from vlm_ocr.testing.local_endpoint import worker_environ
-from vlm_ocr.tools.plan import image_tokens
+from vlm_ocr_lab.standins.local_endpoint import worker_environ
 
 from .support import b64, page_image, png_bytes, start_api
 from .support.engine import (

@@ -1,4 +1,4 @@
-"""`vlm-ocr eval`: scoring against ground truth, and comparing two outputs for legal text."""
+"""`vlm-ocr-lab eval`: scoring against ground truth, and comparing two outputs for legal text."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 from vlm_ocr import samples
 from vlm_ocr.pipeline.compare import critical_differences
 from vlm_ocr.pipeline.textsim import clean, similarity
-from vlm_ocr.tools.evaluate import compare, load_outputs
+from vlm_ocr_lab.evaluate import compare, load_outputs
 
 from .support import page_image, png_bytes
 
@@ -56,7 +56,7 @@ def write_outputs(root: Path, texts: dict[str, str]) -> Path:
 def test_compare_folders_from_the_command_line(tmp_path: Path) -> None:
     a = write_outputs(tmp_path / "a", {"p1": "第一條 應繳納。", "p2": "Article 1 shall."})
     b = write_outputs(tmp_path / "b", {"p1": "第一條 得繳納。", "p2": "Article 1 shall."})
-    run = [sys.executable, "-m", "vlm_ocr", "eval", "--compare"]
+    run = [sys.executable, "-m", "vlm_ocr_lab", "eval", "--compare"]
     differ = subprocess.run([*run, str(a), str(b)], capture_output=True, text=True)
     assert differ.returncode == 1
     assert "CRITICAL TOKENS DIFFER" in differ.stdout and "modal: A '應'" in differ.stdout
@@ -91,7 +91,7 @@ def test_eval_against_ground_truth_with_the_cpu_engine(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "vlm_ocr",
+            "vlm_ocr_lab",
             "eval",
             str(tmp_path / "pages.jsonl"),
             "--out",
@@ -114,7 +114,7 @@ def test_eval_against_ground_truth_with_the_cpu_engine(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "vlm_ocr",
+            "vlm_ocr_lab",
             "eval",
             str(tmp_path / "pages.jsonl"),
             "--outputs",

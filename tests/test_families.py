@@ -26,7 +26,7 @@ from vlm_ocr.engines.vlm import ExternalServer, VlmEngine
 from vlm_ocr.errors import ConfigError, InputError
 from vlm_ocr.prompts import PRESETS
 from vlm_ocr.settings import Settings
-from vlm_ocr.testing.fakes import FakeEngine, MemoryStore
+from vlm_ocr_lab.standins.fakes import FakeEngine, MemoryStore
 
 from .support import ROOT, b64, make_settings, make_snapshot, new_worker, page_image, png_bytes
 

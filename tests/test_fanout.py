@@ -18,8 +18,8 @@ from vlm_ocr.client.submit import Options, Submission
 from vlm_ocr.contract import PageReport
 from vlm_ocr.pipeline.textsim import similarity
 from vlm_ocr.settings import Settings
-from vlm_ocr.testing.local_endpoint import API_KEY, LocalEndpoint, worker_environ
-from vlm_ocr.testing.loopback_s3 import LoopbackS3, s3_client
+from vlm_ocr_lab.standins.local_endpoint import API_KEY, LocalEndpoint, worker_environ
+from vlm_ocr_lab.standins.loopback_s3 import LoopbackS3, s3_client
 
 from .support import ROOT, TEST_PIXELS
 from .support.fault_proxy import FaultProxy

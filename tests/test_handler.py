@@ -21,7 +21,7 @@ from vlm_ocr.contract import (
 )
 from vlm_ocr.entry import runpod as entry
 from vlm_ocr.pipeline.textsim import similarity
-from vlm_ocr.testing.fakes import FakeEngine
+from vlm_ocr_lab.standins.fakes import FakeEngine
 
 from .support import (
     ROOT,

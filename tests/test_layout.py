@@ -12,6 +12,8 @@ from PIL import Image
 
 from vlm_ocr import document, samples
 from vlm_ocr.blocks import MAX_BLOCKS, Block, PageBlocks, RawBlock, place, unturn, with_points
+from vlm_ocr.cli import main as cli
+from vlm_ocr.cli import show
 from vlm_ocr.contract import JobInput
 from vlm_ocr.engines.base import Recognition
 from vlm_ocr.engines.families import Reading
@@ -19,8 +21,8 @@ from vlm_ocr.errors import InputError
 from vlm_ocr.images import PageImage
 from vlm_ocr.pipeline import running_heads, searchable
 from vlm_ocr.pipeline.stages.store import edges_of
-from vlm_ocr.testing.fakes import FakeEngine
-from vlm_ocr.tools import cli, show
+from vlm_ocr_lab import cli as lab_cli
+from vlm_ocr_lab.standins.fakes import FakeEngine
 
 from .support import b64, make_settings, new_worker, page_image, png_bytes, run_job
 
@@ -428,7 +430,7 @@ def test_a_real_qwen3_vl_layout_answer_is_stored_as_blocks_and_figures(
 
 
 def test_the_layout_benchmark_prints_its_figures(capsys) -> None:
-    assert cli.main(["bench", "--layout", "--pages", "2"]) == 0
+    assert lab_cli.main(["bench", "--layout", "--pages", "2"]) == 0
     out = capsys.readouterr().out
     assert "blocks (Markdown from blocks, a figure cut out, blocks file):" in out
     assert "searchable PDF:" in out and "against the original's" in out

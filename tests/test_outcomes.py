@@ -15,7 +15,7 @@ from vlm_ocr import samples
 from vlm_ocr.contract import JobResult
 from vlm_ocr.engines.base import Recognition
 from vlm_ocr.errors import EngineError
-from vlm_ocr.testing.fakes import FakeEngine, MemoryStore
+from vlm_ocr_lab.standins.fakes import FakeEngine, MemoryStore
 
 from .support import b64, make_settings, new_worker
 

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from vlm_ocr.cli import main as cli
+from vlm_ocr.cli.plan import Layout, choose
 from vlm_ocr.engines.factory import make_engine
 from vlm_ocr.engines.gpu import GpuFacts
 from vlm_ocr.engines.vllm.argv import ServeSpec, launch_argvs, server_argv
 from vlm_ocr.errors import ConfigError
 from vlm_ocr.settings import Settings
-from vlm_ocr.testing.fakes import FakeEngine
-from vlm_ocr.tools import cli
-from vlm_ocr.tools.plan import Layout, choose
+from vlm_ocr_lab.standins.fakes import FakeEngine
 
 from .support import ROOT, make_settings, new_worker
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from vlm_ocr.tools.plan import image_tokens, plan, read_shape
+from vlm_ocr.cli.plan import image_tokens, plan, read_shape
 
 DENSE = {
     "model_type": "qwen3_vl",

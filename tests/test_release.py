@@ -12,7 +12,7 @@ import pytest
 from vlm_ocr.contract import JobInput
 from vlm_ocr.engines.families import FAMILIES, detect
 from vlm_ocr.settings import ModelSettings, Settings
-from vlm_ocr.tools.settings_docs import HUB_OMITTED, hub_env, image_env, settings_table
+from vlm_ocr_lab.docs.settings_docs import HUB_OMITTED, hub_env, image_env, settings_table
 
 from .support import ROOT, make_snapshot
 from .support.engine import engine_python
@@ -92,6 +92,8 @@ def test_dockerfile_env_names_are_declared_settings() -> None:
         < text.index("COPY builder/requirements.txt")
         < text.index("COPY src")
     )
+    # the product's package alone: the lab (benchmarks, evaluation, stand-ins) stays out
+    assert "COPY src/vlm_ocr ./src/vlm_ocr" in text and "COPY src ./src" not in text
     ignored = (ROOT / ".dockerignore").read_text().split()
     assert {".git", ".venv", ".venv-engine", "tests"} <= set(ignored)
 

@@ -22,16 +22,16 @@ import pytest
 from PIL import Image
 
 from vlm_ocr import samples
+from vlm_ocr.cli.review.words import marked
+from vlm_ocr.cli.show import COLOURS
 from vlm_ocr.contract import format_ranges
 from vlm_ocr.engines.base import Recognition
 from vlm_ocr.engines.families import Chandra, Page
 from vlm_ocr.images import PageImage
 from vlm_ocr.prompts import Prompt
-from vlm_ocr.testing.fakes import FakeEngine
-from vlm_ocr.testing.local_endpoint import worker_environ
-from vlm_ocr.testing.loopback_s3 import LoopbackS3, s3_client
-from vlm_ocr.tools.review.words import marked
-from vlm_ocr.tools.show import COLOURS
+from vlm_ocr_lab.standins.fakes import FakeEngine
+from vlm_ocr_lab.standins.local_endpoint import worker_environ
+from vlm_ocr_lab.standins.loopback_s3 import LoopbackS3, s3_client
 
 from .support import b64, make_settings, new_worker, page_image, png_bytes, run_job
 from .support.browser import Browser

@@ -17,8 +17,8 @@ from vlm_ocr.pipeline.textsim import similarity
 from vlm_ocr.pipeline.worker import Worker
 from vlm_ocr.settings import Settings
 from vlm_ocr.storage import S3Store
-from vlm_ocr.testing.fakes import FakeEngine
-from vlm_ocr.testing.loopback_s3 import LoopbackS3, s3_client
+from vlm_ocr_lab.standins.fakes import FakeEngine
+from vlm_ocr_lab.standins.loopback_s3 import LoopbackS3, s3_client
 
 from .support import (
     b64,

@@ -9,7 +9,7 @@ import json
 from vlm_ocr import samples
 from vlm_ocr.pipeline.compare import agree, critical_differences
 from vlm_ocr.pipeline.textsim import similarity
-from vlm_ocr.testing.fakes import FakeEngine
+from vlm_ocr_lab.standins.fakes import FakeEngine
 
 from .support import make_settings, new_worker, pdf_job, run_job
 

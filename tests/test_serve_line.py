@@ -8,7 +8,7 @@ import shlex
 
 import pytest
 
-from vlm_ocr.tools import cli
+from vlm_ocr.cli import main as cli
 
 from .support import ROOT
 

@@ -7,8 +7,8 @@ import re
 
 from vlm_ocr.engines.families import FAMILIES
 from vlm_ocr.settings import declared_fields
-from vlm_ocr.tools import family_docs, generated
-from vlm_ocr.tools.settings_docs import markdown_table, settings_table
+from vlm_ocr_lab.docs import family_docs, generated
+from vlm_ocr_lab.docs.settings_docs import markdown_table, settings_table
 
 from .support import ROOT
 
@@ -18,7 +18,7 @@ FAMILIES_DOC = ROOT / "docs" / "models.md"
 
 def test_the_settings_table_is_what_the_declarations_give() -> None:
     shown = generated.region(SETTINGS_DOC.read_text(), "settings")
-    assert shown == markdown_table(), "run python -m vlm_ocr.tools.settings_docs --write"
+    assert shown == markdown_table(), "run python -m vlm_ocr_lab.docs.settings_docs --write"
     rows = re.findall(r"^\| `([A-Z0-9_]+)` \|", shown, flags=re.M)
     assert rows == [name.upper() for name, _ in declared_fields()]
 
@@ -26,7 +26,7 @@ def test_the_settings_table_is_what_the_declarations_give() -> None:
 def test_the_families_tables_are_what_the_families_classes_give() -> None:
     text = FAMILIES_DOC.read_text()
     for name, make in family_docs.REGIONS.items():
-        assert generated.region(text, name) == make(), "run python -m vlm_ocr.tools.family_docs"
+        assert generated.region(text, name) == make(), "run python -m vlm_ocr_lab.docs.family_docs"
 
 
 def test_a_default_that_is_the_familys_own_names_every_familys_value() -> None:

@@ -35,7 +35,7 @@ from vlm_ocr.pipeline.state import JobContext, PageWork
 from vlm_ocr.prompts import resolve
 from vlm_ocr.settings import RenderSettings
 from vlm_ocr.storage import JobKeys, PageRecord
-from vlm_ocr.testing.fakes import FakeEngine, MemoryStore
+from vlm_ocr_lab.standins.fakes import FakeEngine, MemoryStore
 
 from .support import TEST_PIXELS, b64
 

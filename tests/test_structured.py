@@ -19,7 +19,7 @@ from vlm_ocr.errors import InputError
 from vlm_ocr.images import Budget
 from vlm_ocr.pipeline.render import pdf_page_image
 from vlm_ocr.prompts import resolve
-from vlm_ocr.testing.fakes import FakeEngine
+from vlm_ocr_lab.standins.fakes import FakeEngine
 
 from .support import b64, make_settings, new_worker, pdf_job, run_job
 

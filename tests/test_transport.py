@@ -17,9 +17,9 @@ from vlm_ocr import samples
 from vlm_ocr.contract import JobResult, PageReport
 from vlm_ocr.engines.factory import make_engine
 from vlm_ocr.pipeline.worker import Worker
-from vlm_ocr.testing.instant_engine import FAULTS, InstantEngine
-from vlm_ocr.tools import cli
-from vlm_ocr.tools.bench import failure_reasons
+from vlm_ocr_lab import cli
+from vlm_ocr_lab.bench.pipeline import failure_reasons
+from vlm_ocr_lab.standins.instant_engine import FAULTS, InstantEngine
 
 from .support import b64, make_settings, new_worker, page_image, png_bytes, run_job
 from .support.fault_proxy import FaultProxy, every_chat_request, first_try_of_each_page
@@ -122,7 +122,7 @@ def test_a_slow_page_is_not_sent_again(loop, tmp_path: Path, cpu_pool, proxy) ->
 
 
 def test_the_soak_loses_no_page_and_says_what_the_engine_did(capsys) -> None:
-    """`vlm-ocr bench --instant-engine`, small: every lost request is sent again."""
+    """`vlm-ocr-lab bench --instant-engine`, small: every lost request is sent again."""
     argv = ["bench", "--instant-engine", "--faults", "0.1", "--slow", "0.02", "--slow-s", "0.2"]
     assert cli.main([*argv, "--pages", "10", "--jobs", "3", "--passes", "2"]) == 0
     out = capsys.readouterr().out

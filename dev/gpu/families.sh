@@ -28,7 +28,7 @@ out=${OUT:-/tmp}/$family-$phase.txt
 metrics=${OUT:-/tmp}/$family-$phase-metrics.txt
 port=${PORT:-8765}
 export MODEL_NAME=$dir VLLM_PORT=$port LOG_LEVEL=${LOG_LEVEL:-INFO}
-bench=(python3 -m vlm_ocr bench --pages $((pages / 2)) --jobs 2 --output-tokens 800 --gpu-price 3.99
+bench=(python3 -m vlm_ocr_lab bench --pages $((pages / 2)) --jobs 2 --output-tokens 800 --gpu-price 3.99
   --progress 15)
 python3 dev/gpu/metrics.py $port 10 > "$metrics" 2>&1 &
 sampler=$!

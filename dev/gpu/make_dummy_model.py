@@ -1,5 +1,5 @@
 """Write a model folder with a family's real shapes and no weights, for vLLM's
-`--load-format dummy`: what `vlm-ocr bench` measures the families with on a GPU host that can
+`--load-format dummy`: what `vlm-ocr-lab bench` measures the families with on a GPU host that can
 download nothing.
 
     python dev/gpu/make_dummy_model.py FAMILY OUT_DIR

@@ -27,7 +27,7 @@ from vlm_ocr.pipeline.cpu_pool import CpuPool
 from vlm_ocr.pipeline.textsim import similarity
 from vlm_ocr.pipeline.worker import Worker, build_worker
 from vlm_ocr.settings import Settings
-from vlm_ocr.testing import local_endpoint
+from vlm_ocr_lab.standins import local_endpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 # Small pages keep the CPU engine quick; text at this budget still reads cleanly.

@@ -11,8 +11,8 @@ import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
 
-from vlm_ocr.testing.instant_engine import image_digest, send_fault
-from vlm_ocr.testing.loopback_http import LoopbackHTTP
+from vlm_ocr_lab.standins.instant_engine import image_digest, send_fault
+from vlm_ocr_lab.standins.loopback_http import LoopbackHTTP
 
 # rule(method, path) -> None (forward), ("status", code), ("stall", seconds): no answer,
 # ("delay", seconds): forward after a pause, or ("hold", seconds): forward once `release` is set

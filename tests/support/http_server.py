@@ -6,7 +6,7 @@ import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
 
-from vlm_ocr.testing.loopback_http import LoopbackHTTP
+from vlm_ocr_lab.standins.loopback_http import LoopbackHTTP
 
 Route = Callable[[BaseHTTPRequestHandler], None]
 

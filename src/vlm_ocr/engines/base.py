@@ -59,7 +59,7 @@ class EngineOptions:
     #: attempt: like-for-like throughput figures on dummy weights, whose text is noise
     exact_output_tokens: int | None = None
     #: the CPU engine joins lines in the order its detector found them, not in reading order:
-    #: the baseline `vlm-ocr eval --detection-order` measures the reading order against
+    #: the baseline `vlm-ocr-lab eval --detection-order` measures the reading order against
     detection_order: bool = False
 
 

@@ -50,7 +50,7 @@ class RapidOcrEngine:
         default_prompt: str = "markdown",
     ) -> None:
         """`layout`: label the blocks with the layout model (CPU_LAYOUT). `detection_order` joins
-        lines as the detector returns them: the baseline `vlm-ocr eval --detection-order`
+        lines as the detector returns them: the baseline `vlm-ocr-lab eval --detection-order`
         compares the reading order against."""
         self.default_prompt = default_prompt
         version = importlib.metadata.version("rapidocr")

@@ -1,6 +1,6 @@
 """How far two readings of one page agree, and where they differ in what changes meaning.
 
-One implementation for the second opinion of a job (`worker.py`) and `vlm-ocr eval --compare`.
+One implementation for the second opinion of a job (`worker.py`) and `vlm-ocr-lab eval --compare`.
 `agreement` is `textsim.similarity` (1 − Levenshtein / longer length over letters, digits and
 CJK characters). The critical tokens are those a reader of a legal text cannot afford to have
 changed, compared as sequences so an inserted, dropped or altered one shows in context:

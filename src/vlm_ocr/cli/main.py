@@ -1,14 +1,13 @@
 """`vlm-ocr`: the worker's pipeline and tools on the command line.
 
 vlm-ocr run FILE... [--out DIR]   OCR local PDFs and images, as a job would
-vlm-ocr bench [--pages N]         pages/s and per-stage time through the pipeline
-vlm-ocr eval PAGES.jsonl          accuracy against ground truth (or --compare A B)
 vlm-ocr plan CONFIG.json          GPU memory, and the pages that fit in the KV cache
 vlm-ocr submit FILE.pdf --endpoint ID   a large PDF spread over an endpoint's workers
 vlm-ocr show PREFIX --page N      a page drawn with the blocks found on it
 vlm-ocr review RESULTS -o FILE    one HTML page to review a job's pages on
 
-Each command is a module of this package with its own `add_arguments`.
+Each command is a module of this package with its own `add_arguments`. The benchmarks and the
+evaluation are the lab's (`vlm-ocr-lab`), not the product's.
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ import sys
 
 from ..errors import ConfigError
 from ..settings import Settings
-from . import benchmarks, evaluate, plan, review, run, show, submit
+from . import plan, review, run, show, submit
 
 
 def parser() -> argparse.ArgumentParser:
@@ -29,14 +28,6 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     run.add_arguments(
         sub.add_parser("run", help="OCR local PDFs and images through the worker pipeline")
-    )
-    benchmarks.add_arguments(
-        sub.add_parser("bench", help="measure pages/s and per-stage time per page")
-    )
-    evaluate.add_arguments(
-        sub.add_parser(
-            "eval", help="score an engine against ground truth, or compare two stored outputs"
-        )
     )
     plan.add_arguments(sub.add_parser("plan", help="GPU memory and pages at once for a model"))
     submit.add_arguments(
@@ -65,15 +56,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.command == "run":
         return asyncio.run(run.run_main(settings, args))
-    if args.command == "eval":
-        return asyncio.run(evaluate.eval_main(settings, args))
     if args.command == "submit":
         return asyncio.run(submit.submit_main(settings, args))
     if args.command == "show":
         return show.run(settings, args)
-    if args.command == "review":
-        return review.run(settings, args)
-    return benchmarks.bench_command(settings, args)
+    return review.run(settings, args)
 
 
 if __name__ == "__main__":

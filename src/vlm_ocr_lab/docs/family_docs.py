@@ -2,8 +2,8 @@
 the settings whose default is the family's own, all written from `FAMILIES` (the families'
 classes) and checked against it by the tests.
 
-    python -m vlm_ocr.tools.family_docs               both tables (docs/models.md)
-    python -m vlm_ocr.tools.family_docs --write FILE  rewrite them where FILE marks them
+    python -m vlm_ocr_lab.docs.family_docs               both tables (docs/models.md)
+    python -m vlm_ocr_lab.docs.family_docs --write FILE  rewrite them where FILE marks them
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from ..engines.families import FAMILIES, Attempt, Family
-from ..images import Budget
-from ..prompts import Prompt
-from ..settings import RenderSettings
-from . import generated
+from vlm_ocr.engines.families import FAMILIES, Attempt, Family
+from vlm_ocr.images import Budget
+from vlm_ocr.prompts import Prompt
+from vlm_ocr.settings import RenderSettings
+from vlm_ocr_lab.docs import generated
 
 MAX_PIXELS = RenderSettings.model_fields["max_pixels"].default
 

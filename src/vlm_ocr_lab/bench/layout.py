@@ -1,4 +1,4 @@
-"""`vlm-ocr bench --layout`: what blocks, figure crops and the searchable PDF cost per page.
+"""`vlm-ocr-lab bench --layout`: what blocks, figure crops and the searchable PDF cost per page.
 
 The same scanned document (pages rasterised as a scanner makes them) goes through the worker three
 times, with an engine that answers at once, so only the worker's own work is measured:
@@ -21,14 +21,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .. import samples
-from ..blocks import RawBlock, place
-from ..engines.base import Recognition
-from ..engines.reading import Reading
-from ..images import PageImage
-from ..pipeline.worker import build_worker
-from ..settings import Settings
-from .bench import cpu_seconds
+from vlm_ocr import samples
+from vlm_ocr.blocks import RawBlock, place
+from vlm_ocr.engines.base import Recognition
+from vlm_ocr.engines.reading import Reading
+from vlm_ocr.images import PageImage
+from vlm_ocr.pipeline.worker import build_worker
+from vlm_ocr.settings import Settings
+from vlm_ocr_lab.bench.pipeline import cpu_seconds
 
 LABELS = {k: k for k in ("title", "text", "figure", "caption", "page-footer")}
 
@@ -56,7 +56,7 @@ def answer(with_blocks: bool):
 
 
 async def _one(settings: Settings, job: dict[str, Any], with_blocks: bool) -> dict[str, Any]:
-    from ..testing.fakes import FakeEngine
+    from vlm_ocr_lab.standins.fakes import FakeEngine
 
     engine = FakeEngine(answer(with_blocks), concurrency=64)
     with tempfile.TemporaryDirectory(prefix="vlm-ocr-layout-") as tmp:

@@ -1,4 +1,4 @@
-"""`python -m vlm_ocr.tools.furniture_bench`: how well the CPU engine leaves page furniture out.
+"""`python -m vlm_ocr_lab.bench.furniture`: how well the CPU engine leaves page furniture out.
 
 It builds real PDFs with PyMuPDF: in English and in Chinese, eight kinds of document of three
 pages each, every page full of text and set with its kind's furniture (a journal's running head
@@ -27,10 +27,10 @@ from typing import Any
 import pymupdf
 from rapidfuzz import fuzz
 
-from ..blocks import RUNNING
-from ..pipeline.textsim import clean
-from ..pipeline.worker import build_worker
-from ..settings import Settings
+from vlm_ocr.blocks import RUNNING
+from vlm_ocr.pipeline.textsim import clean
+from vlm_ocr.pipeline.worker import build_worker
+from vlm_ocr.settings import Settings
 
 A4 = (595.0, 842.0)
 MARGIN = 64.0
@@ -321,7 +321,7 @@ def score_page(spec: BuiltPage, blocks: list[dict[str, Any]]) -> Tally:
 
 async def run(settings: Settings, layout: bool) -> dict[str, Tally]:
     """Tallies by run ("English, each page alone", …) with the layout model on or off."""
-    from ..engines.factory import make_engine
+    from vlm_ocr.engines.factory import make_engine
 
     settings = settings.with_(engine="rapidocr", cpu_layout=layout, auto_rotate=False)
     tallies: dict[str, Tally] = {}
@@ -386,7 +386,7 @@ def print_tallies(title: str, tallies: dict[str, Tally], details: bool = False) 
 async def main(argv: list[str] | None = None) -> int:
     import os
 
-    parser = argparse.ArgumentParser(prog="python -m vlm_ocr.tools.furniture_bench")
+    parser = argparse.ArgumentParser(prog="python -m vlm_ocr_lab.bench.furniture")
     parser.add_argument("--pdf", type=Path, help="also write the documents built to this folder")
     parser.add_argument(
         "--details", action="store_true", help="list the lines left in and the blocks taken wrongly"

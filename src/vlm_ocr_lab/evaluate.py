@@ -1,10 +1,11 @@
-"""`vlm-ocr eval`: how well an engine reads, against ground truth or against another output.
+"""`vlm-ocr-lab eval`: how well an engine reads, against ground truth or against another output.
 
-Against ground truth (`vlm-ocr eval PAGES.jsonl`): every page of a page set runs through the same
-pipeline as a job, and its text is scored by `textsim.similarity` (1 − Levenshtein / longer length
-over letters, digits and CJK characters only). Per page, per language, per tag, and the mean.
+Against ground truth (`vlm-ocr-lab eval PAGES.jsonl`): every page of a page set runs through the
+same pipeline as a job, and its text is scored by `textsim.similarity` (1 − Levenshtein / longer
+length over letters, digits and CJK characters only). Per page, per language, per tag, and the
+mean.
 
-Between two outputs (`vlm-ocr eval --compare A B`): the character agreement of each page pair,
+Between two outputs (`vlm-ocr-lab eval --compare A B`): the character agreement of each page pair,
 and the critical tokens (article numbers, other numbers and dates, the modal words 得, 應, 須,
 不得, 應不), which must be identical; each difference is listed in context (`compare.py`, the same
 comparison a job's second opinion uses).
@@ -22,10 +23,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..pipeline.compare import agree
-from ..pipeline.textsim import similarity
-from ..settings import Settings
-from .run import job_for_file
+from vlm_ocr.cli.run import job_for_file
+from vlm_ocr.pipeline.compare import agree
+from vlm_ocr.pipeline.textsim import similarity
+from vlm_ocr.settings import Settings
 
 
 @dataclass
@@ -101,9 +102,9 @@ async def recognize_pages(
     settings: Settings, pages: list[EvalPage], out: Path, detection_order: bool
 ) -> dict[str, Any]:
     """Run each page through the worker pipeline into `out/<id>/`; returns the engine facts."""
-    from ..engines.base import EngineOptions
-    from ..engines.factory import make_engine
-    from ..pipeline.worker import build_worker
+    from vlm_ocr.engines.base import EngineOptions
+    from vlm_ocr.engines.factory import make_engine
+    from vlm_ocr.pipeline.worker import build_worker
 
     engine = make_engine(settings, EngineOptions(detection_order=detection_order))
     worker = build_worker(settings, engine, out_dir=out)
@@ -249,7 +250,7 @@ async def eval_main(settings: Settings, args: argparse.Namespace) -> int:
             args.report.write_text(json.dumps(report, ensure_ascii=False, indent=2))
         return 0 if report["critical_ok"] else 1
     if args.pages is None:
-        print("vlm-ocr eval: give PAGES.jsonl, or --compare A B", file=sys.stderr)
+        print("vlm-ocr-lab eval: give PAGES.jsonl, or --compare A B", file=sys.stderr)
         return 2
     pages = load_pages(args.pages)
     engine: dict[str, Any] = {}

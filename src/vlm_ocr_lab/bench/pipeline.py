@@ -1,4 +1,4 @@
-"""`vlm-ocr bench`: pages/s and the time per stage (render, engine, store) per page.
+"""`vlm-ocr-lab bench`: pages/s and the time per stage (render, engine, store) per page.
 
 It runs jobs of a generated multi-page PDF through the same Worker the handler uses, with the
 engine ENGINE selects and the store the settings select (a temp folder unless --bucket/--out).
@@ -25,16 +25,16 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from .. import samples
-from ..contract import JobResult, PageReport
-from ..engines.base import EngineOptions
-from ..engines.factory import make_engine
-from ..engines.vllm.logs import summary as start_summary
-from ..errors import EngineError
-from ..images import Budget, PageImage
-from ..pipeline.render import render_pdf_page
-from ..pipeline.worker import build_worker
-from ..settings import Settings
+from vlm_ocr import samples
+from vlm_ocr.contract import JobResult, PageReport
+from vlm_ocr.engines.base import EngineOptions
+from vlm_ocr.engines.factory import make_engine
+from vlm_ocr.engines.vllm.logs import summary as start_summary
+from vlm_ocr.errors import EngineError
+from vlm_ocr.images import PageImage
+from vlm_ocr.pipeline.render import render_pdf_page
+from vlm_ocr.pipeline.worker import build_worker
+from vlm_ocr.settings import Settings
 
 STAGES = (
     "render_s",
@@ -74,7 +74,7 @@ async def bench_main(settings: Settings, args: argparse.Namespace) -> int:
     """Run the passes (and the direct path), print the figures; 1 when any page failed."""
     with contextlib.ExitStack() as stack:
         if args.loopback_s3:
-            from ..testing.loopback_s3 import LoopbackS3
+            from vlm_ocr_lab.standins.loopback_s3 import LoopbackS3
 
             s3 = LoopbackS3()
             stack.callback(s3.stop)
@@ -84,7 +84,7 @@ async def bench_main(settings: Settings, args: argparse.Namespace) -> int:
             settings = settings.with_(engine="openai", openai_base_url=soak.url)
         use_bucket = args.bucket or args.loopback_s3
         if use_bucket and not settings.bucket.configured:
-            print("vlm-ocr bench --bucket: set BUCKET_NAME and its credentials first")
+            print("vlm-ocr-lab bench --bucket: set BUCKET_NAME and its credentials first")
             return 2
         tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="vlm-ocr-bench-"))
         out = None if use_bucket else (args.out or Path(tmp))
@@ -135,7 +135,13 @@ class SoakEngine:
 
 @contextlib.contextmanager
 def instant_engine(args: argparse.Namespace) -> Iterator[SoakEngine]:
-    argv = [sys.executable, "-m", "vlm_ocr.testing.instant_engine", "--faults", str(args.faults)]
+    argv = [
+        sys.executable,
+        "-m",
+        "vlm_ocr_lab.standins.instant_engine",
+        "--faults",
+        str(args.faults),
+    ]
     argv += ["--slow", str(args.slow), "--slow-s", str(args.slow_s)]
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
@@ -498,132 +504,3 @@ def print_timeline(name: str, figures: dict[str, Any]) -> None:
             f"{t['mean_in_flight']:.1f} on average, {t['peak_in_flight']} at most "
             f"from {t['peak_from_s']:.2f} s to {t['peak_until_s']:.2f} s"
         )
-
-
-# --- memory: `vlm-ocr bench --memory` ----------------------------------------------------------
-
-MEMORY_SCENARIOS = ("one-page", "64-large-images", "2000-page-pdf")
-
-
-def _scenario_job(name: str) -> dict[str, Any]:
-    if name == "one-page":
-        pdf = samples.pdf_from_pages(samples.numbered_pages(1))
-        return {"pdf": {"base64": base64.b64encode(pdf).decode()}}
-    if name == "2000-page-pdf":
-        pdf = samples.pdf_from_pages(samples.numbered_pages(2000, lines=2))
-        return {"pdf": {"base64": base64.b64encode(pdf).decode()}}
-    import io
-
-    from PIL import Image, ImageDraw
-
-    # A 48 MP scan (just under MAX_IMAGE_PIXELS): small as a PNG, 144 MB once decoded.
-    img = Image.new("RGB", (6000, 8000), "white")
-    draw = ImageDraw.Draw(img)
-    for y in range(200, 7800, 120):
-        draw.rectangle((300, y, 5700, y + 40), fill=(20, 20, 20))
-    buf = io.BytesIO()
-    img.save(buf, format="PNG", compress_level=1)
-    src = {"base64": base64.b64encode(buf.getvalue()).decode()}
-    return {"images": [src] * 64}
-
-
-async def _memory_scenario(settings: Settings, name: str) -> dict[str, Any]:
-    import resource
-
-    from ..testing.fakes import FakeEngine
-
-    job = _scenario_job(name)
-    # The render path's memory: orientation's processes hold the CPU engine's models, a fixed
-    # cost apart from the pages (`vlm-ocr bench --pages N` with scanned pages shows their time).
-    settings = settings.with_(auto_rotate=False)
-    # An engine that answers every page at once: this measures the worker, not an engine.
-    engine = FakeEngine(lambda page, prompt: f"{page.width}x{page.height}", concurrency=64)
-    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    with tempfile.TemporaryDirectory(prefix="vlm-ocr-memory-") as tmp:
-        worker = build_worker(settings, engine, out_dir=Path(tmp))
-        await worker.start()
-        t0 = time.perf_counter()
-        try:
-            result = await worker.run(name, job | {"output_prefix": name})
-        finally:
-            await worker.close()
-    wall = time.perf_counter() - t0
-    return {
-        "scenario": name,
-        "pages": result.totals.pages,
-        "ok": result.totals.ok,
-        "wall_s": wall,
-        "job_input_mb": sum(len(str(v)) for v in job.values()) / 1e6,
-        "worker_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "worker_before_job_mb": base / 1024,
-        "render_process_peak_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
-    }
-
-
-def memory_main(settings: Settings, scenario: str | None) -> int:
-    """Each scenario in a fresh process, so each peak is its own."""
-    import json
-    import subprocess
-    import sys
-
-    if scenario:
-        print(json.dumps(asyncio.run(_memory_scenario(settings, scenario))))
-        return 0
-    render = settings.render
-    print(
-        f"render processes: {render.render_processes or 'one per core'}, MAX_PIXELS "
-        f"{render.max_pixels:,}, MAX_IMAGE_PIXELS {render.max_image_pixels:,}, "
-        f"DECODE_PIXELS {render.decode_pixels:,}"
-    )
-    print(
-        f"{'scenario':<18}{'pages':>7}{'ok':>6}{'wall s':>9}{'input MB':>10}"
-        f"{'worker peak MB':>16}{'render proc peak MB':>21}"
-    )
-    for name in MEMORY_SCENARIOS:
-        out = subprocess.run(
-            [sys.executable, "-m", "vlm_ocr", "bench", "--memory", "--scenario", name],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-        r = json.loads(out.strip().splitlines()[-1])
-        print(
-            f"{name:<18}{r['pages']:>7}{r['ok']:>6}{r['wall_s']:>9.1f}{r['job_input_mb']:>10.1f}"
-            f"{r['worker_peak_mb']:>16.0f}{r['render_process_peak_mb']:>21.0f}"
-        )
-    return 0
-
-
-def render_overhead(pages: int = 40) -> None:
-    """ms per normal page: rendered in this process, and through the render processes."""
-    from ..pipeline.cpu_pool import CpuPool
-    from ..pipeline.render import render_pdf_page
-
-    budget = Budget(Settings().render.max_pixels)
-    with tempfile.NamedTemporaryFile(suffix=".pdf") as fh:
-        fh.write(samples.pdf_from_pages(samples.numbered_pages(pages)))
-        fh.flush()
-        render_pdf_page(fh.name, 1, budget)  # open and warm
-        t0 = time.perf_counter()
-        for n in range(1, pages + 1):
-            render_pdf_page(fh.name, n, budget)
-        inline = (time.perf_counter() - t0) / pages
-
-        async def pooled() -> float:
-            pool = CpuPool(1)
-            await pool.start()
-            try:
-                await pool.run(render_pdf_page, fh.name, 1, budget, timeout_s=60)
-                t0 = time.perf_counter()
-                for n in range(1, pages + 1):
-                    await pool.run(render_pdf_page, fh.name, n, budget, timeout_s=60)
-                return (time.perf_counter() - t0) / pages
-            finally:
-                await pool.close()
-
-        through_pool = asyncio.run(pooled())
-    print(
-        f"render + PNG per page at {budget.max_pixels:,} px: in-process {inline * 1000:.1f} ms, "
-        f"through a render process {through_pool * 1000:.1f} ms "
-        f"(+{(through_pool - inline) * 1000:.1f} ms, none of it on the event loop)"
-    )

@@ -1,4 +1,4 @@
-"""`vlm-ocr bench`: its arguments, and which benchmark they pick: the pipeline's pages/s and
+"""`vlm-ocr-lab bench`: its arguments, and which benchmark they pick: the pipeline's pages/s and
 time per stage (`bench`), the worker's peak memory (`bench --memory`), what page structure costs
 (`layout_bench`), or a document spread over local workers (`fanout_bench`)."""
 
@@ -8,7 +8,7 @@ import argparse
 import asyncio
 from pathlib import Path
 
-from ..settings import Settings
+from vlm_ocr.settings import Settings
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -109,17 +109,17 @@ def _other_benchmarks(p: argparse.ArgumentParser) -> None:
 def bench_command(settings: Settings, args: argparse.Namespace) -> int:
     """Run the benchmark the arguments pick (each imported only when it runs)."""
     if args.memory:
-        from .bench import memory_main, render_overhead
+        from vlm_ocr_lab.bench.memory import memory_main, render_overhead
 
         if not args.scenario:
             render_overhead()
         return memory_main(settings, args.scenario)
     if args.layout:
-        from .layout_bench import layout_main
+        from vlm_ocr_lab.bench.layout import layout_main
 
         return asyncio.run(layout_main(settings, args.pages or 24))
     if args.fanout:
-        from .fanout_bench import fanout_main
+        from vlm_ocr_lab.bench.fanout import fanout_main
 
         return fanout_main(
             settings,
@@ -127,7 +127,7 @@ def bench_command(settings: Settings, args: argparse.Namespace) -> int:
             workers=args.workers,
             pages_per_job=args.pages_per_job,
         )
-    from .bench import bench_main
+    from vlm_ocr_lab.bench.pipeline import bench_main
 
     args.pages = args.pages or 12
     return asyncio.run(bench_main(settings, args))

@@ -1,11 +1,11 @@
 """An OpenAI-compatible chat server on loopback that answers every page at once, for the soak
-benchmark (`vlm-ocr bench --instant-engine`) and the tests of the worker's transport.
+benchmark (`vlm-ocr-lab bench --instant-engine`) and the tests of the worker's transport.
 
 It can lose a share of the requests on the way, as a network, a proxy or a restarting server
 does (`FAULTS`), and answer a share slowly. What a fault looks like to the client is written
 once here (`send_fault`), for this server and for the tests' fault proxy in front of a real one.
 
-    python -m vlm_ocr.testing.instant_engine --faults 0.02 --slow 0.005
+    python -m vlm_ocr_lab.standins.instant_engine --faults 0.02 --slow 0.005
 
 prints its base URL on the first line of its output and serves until it is ended;
 `GET /stats` says what it did.
@@ -26,7 +26,7 @@ from collections import Counter
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from .loopback_http import LoopbackHTTP
+from vlm_ocr_lab.standins.loopback_http import LoopbackHTTP
 
 # What a request lost on the way can look like to the client.
 FAULTS = ("drop", "cut", "reset", "502", "503", "504", "garbage")

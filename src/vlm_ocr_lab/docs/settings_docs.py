@@ -2,9 +2,9 @@
 (`.runpod/hub.json`), both generated from the declarations in `settings.py` (and, for a setting
 whose default is the model family's own, from `FAMILIES`) and checked against them by the tests.
 
-    python -m vlm_ocr.tools.settings_docs                          the table
-    python -m vlm_ocr.tools.settings_docs --write docs/settings.md   rewrite it where it is
-    python -m vlm_ocr.tools.settings_docs --hub-env [DOCKERFILE]   hub.json's `config.env`
+    python -m vlm_ocr_lab.docs.settings_docs                          the table
+    python -m vlm_ocr_lab.docs.settings_docs --write docs/settings.md   rewrite it where it is
+    python -m vlm_ocr_lab.docs.settings_docs --hub-env [DOCKERFILE]   hub.json's `config.env`
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from pathlib import Path
 
 from pydantic.fields import FieldInfo
 
-from ..engines.families import FAMILIES
-from ..settings import EngineKind, Settings, declared_fields, env_name
-from . import generated
-from .family_docs import PER_FAMILY, by_family
+from vlm_ocr.engines.families import FAMILIES
+from vlm_ocr.settings import EngineKind, Settings, declared_fields, env_name
+from vlm_ocr_lab.docs import generated
+from vlm_ocr_lab.docs.family_docs import PER_FAMILY, by_family
 
 # Plumbing the image sets and an endpoint's form should not offer: paths and interpreters inside
 # the image, the engine's loopback port, local-development switches, the worker's internal

@@ -1,4 +1,4 @@
-"""`vlm-ocr bench --fanout`: one document as one job on one worker, then spread over several.
+"""`vlm-ocr-lab bench --fanout`: one document as one job on one worker, then spread over several.
 
 Worker processes (`handler.py --rp_serve_api`, the engine ENGINE selects) behind the loopback
 stand-in for RunPod's endpoint routes, moto's S3 server as the bucket, and the fan-out client of
@@ -14,11 +14,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .. import samples
-from ..client.submit import DocumentManifest, Options, Submission
-from ..settings import Settings
-from ..testing.local_endpoint import API_KEY, LocalEndpoint, Router, worker_environ
-from ..testing.loopback_s3 import LoopbackS3
+from vlm_ocr import samples
+from vlm_ocr.client.submit import DocumentManifest, Options, Submission
+from vlm_ocr.settings import Settings
+from vlm_ocr_lab.standins.local_endpoint import API_KEY, LocalEndpoint, Router, worker_environ
+from vlm_ocr_lab.standins.loopback_s3 import LoopbackS3
 
 HANDLER = Path(__file__).resolve().parents[3] / "handler.py"
 
@@ -45,7 +45,7 @@ async def _timed(path: Path, settings: Settings, options: Options) -> dict[str, 
 
 def fanout_main(settings: Settings, *, pages: int, workers: int, pages_per_job: int) -> int:
     if not HANDLER.is_file():
-        print("vlm-ocr bench --fanout runs from a checkout of the project (it needs handler.py)")
+        print("vlm-ocr-lab bench --fanout runs from a checkout of the project (needs handler.py)")
         return 2
     s3 = LoopbackS3()
     bucket = s3.create_bucket("fanout-bench")

@@ -1,4 +1,4 @@
-"""A stand-in for a RunPod endpoint on loopback, for the tests and `vlm-ocr bench --fanout`.
+"""A stand-in for a RunPod endpoint on loopback, for the tests and `vlm-ocr-lab bench --fanout`.
 
 RunPod's client routes (`POST /v2/{endpoint}/run`, `GET /status/{id}`, `GET /stream/{id}`,
 `POST /cancel/{id}`, a bearer key) in front of worker processes served by the RunPod SDK's local
@@ -26,8 +26,8 @@ import aiohttp
 import httpx
 from aiohttp import web
 
-from ..loopback import free_port
-from ..settings import Settings
+from vlm_ocr.loopback import free_port
+from vlm_ocr.settings import Settings
 
 API_KEY = "local-endpoint-key"  # what the stand-in accepts; it guards nothing real
 

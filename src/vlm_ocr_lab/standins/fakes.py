@@ -14,11 +14,11 @@ import asyncio
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..engines.base import Engine, EngineFacts, Recognition
-from ..errors import EngineError, StorageError
-from ..images import Budget, PageImage
-from ..prompts import Prompt, resolve
-from ..storage import PageRecord
+from vlm_ocr.engines.base import Engine, EngineFacts, Recognition
+from vlm_ocr.errors import EngineError, StorageError
+from vlm_ocr.images import Budget, PageImage
+from vlm_ocr.prompts import Prompt, resolve
+from vlm_ocr.storage import PageRecord
 
 Step = str | Recognition | Exception | None
 Answer = Callable[[PageImage, Prompt], Step]

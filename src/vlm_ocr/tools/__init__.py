@@ -1,1 +1,0 @@
-"""The `vlm-ocr` command and what it runs: bench, eval, plan, submit, the settings docs."""

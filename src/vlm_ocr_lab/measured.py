@@ -1,0 +1,135 @@
+"""The GPU figures as data: `benchmarks/gpu.jsonl`, one JSON object a run, appended by the GPU
+check (`dev/gpu/check.sh`) and read by the docs generators, so no measured figure is typed by
+hand in two places.
+
+Each row says what measured it (date, commit, GPU, vLLM, transformers), what ran (the family,
+the settings that differ from its defaults, a fresh or a warm start), and what came out (the
+engine's start and its phases, pages, failures by reason, pages/s through the worker and
+straight to the engine, and the cost of a million pages).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+DATA = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu.jsonl"
+
+Start = Literal["fresh", "warm"]
+REQUIRED = (
+    "date",
+    "commit",
+    "gpu",
+    "vllm",
+    "transformers",
+    "family",
+    "overrides",
+    "start",
+    "engine_ready_s",
+    "phases",
+    "pages",
+    "failed",
+    "failed_by_reason",
+    "pages_per_s",
+    "direct_pages_per_s",
+    "usd_per_million_pages",
+)
+
+
+@dataclass(frozen=True)
+class Run:
+    date: str
+    commit: str
+    gpu: str
+    vllm: str
+    transformers: str
+    family: str
+    #: the settings that differ from the family's defaults ({} at its defaults)
+    overrides: dict[str, Any]
+    start: Start
+    #: seconds from the worker's start to an engine that has read its warm-up page
+    engine_ready_s: float | None
+    #: the cold start's phases in seconds, as `engines/vllm/logs.summary` names them
+    phases: dict[str, float]
+    pages: int
+    failed: int
+    failed_by_reason: dict[str, int]
+    #: pages that came back `ok` per second through the worker (None: no pace, e.g. all failed)
+    pages_per_s: float | None
+    #: the same pages sent straight to the engine's server (None: not measured)
+    direct_pages_per_s: float | None
+    usd_per_million_pages: float | None
+    #: the checkpoint whose shapes ran (dummy weights), and anything else a reader must know
+    model: str = ""
+    note: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def at_defaults(self) -> bool:
+        return not self.overrides
+
+    @property
+    def ratio(self) -> float | None:
+        """Worker over direct: how well the worker keeps the engine fed."""
+        if self.pages_per_s is None or not self.direct_pages_per_s:
+            return None
+        return self.pages_per_s / self.direct_pages_per_s
+
+
+class BadRow(ValueError):
+    pass
+
+
+def parse(line: str, where: str = "") -> Run:
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise BadRow(f"{where}: not JSON ({exc.msg})") from None
+    if not isinstance(obj, dict):
+        raise BadRow(f"{where}: a row is a JSON object")
+    missing = [k for k in REQUIRED if k not in obj]
+    if missing:
+        raise BadRow(f"{where}: missing {', '.join(missing)}")
+    if obj["start"] not in ("fresh", "warm"):
+        raise BadRow(f"{where}: start is 'fresh' or 'warm', not {obj['start']!r}")
+    for key in ("overrides", "phases", "failed_by_reason"):
+        if not isinstance(obj[key], dict):
+            raise BadRow(f"{where}: {key} is an object")
+    if sum(obj["failed_by_reason"].values()) != obj["failed"]:
+        raise BadRow(f"{where}: failed_by_reason does not add up to failed")
+    if obj["failed"] and obj["pages_per_s"] is not None and obj["failed"] == obj["pages"]:
+        raise BadRow(f"{where}: a run whose every page failed has no pace")
+    known = set(REQUIRED) | {"model", "note"}
+    extra = {k: v for k, v in obj.items() if k not in known}
+    return Run(**{k: v for k, v in obj.items() if k in known}, extra=extra)
+
+
+def runs(path: Path = DATA) -> list[Run]:
+    """Every row, oldest first (the file's order)."""
+    if not path.is_file():
+        return []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return [parse(line, f"{path.name}:{n}") for n, line in enumerate(lines, 1) if line.strip()]
+
+
+def latest(
+    family: str,
+    *,
+    start: Start = "fresh",
+    overrides: dict[str, Any] | None = None,
+    rows: list[Run] | None = None,
+) -> Run | None:
+    """The newest run of a family with these overrides ({} : at its defaults)."""
+    want = overrides or {}
+    found = [
+        r
+        for r in (runs() if rows is None else rows)
+        if r.family == family and r.start == start and r.overrides == want
+    ]
+    return found[-1] if found else None
+
+
+def usd_per_million(pages_per_s: float, usd_per_hour: float) -> float:
+    return usd_per_hour / 3600 / pages_per_s * 1e6

@@ -1,0 +1,60 @@
+"""The GPU figures as data: every row of benchmarks/gpu.jsonl holds to its schema."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from vlm_ocr_lab import measured
+
+
+def test_every_row_of_the_data_file_reads() -> None:
+    rows = measured.runs()
+    assert rows, "benchmarks/gpu.jsonl has no rows"
+    for row in rows:
+        assert row.gpu and row.vllm and row.family and row.commit
+        assert row.pages_per_s is None or row.failed < row.pages
+
+
+def _row(**change: object) -> str:
+    row = {k: None for k in measured.REQUIRED} | {
+        "start": "fresh",
+        "overrides": {},
+        "phases": {},
+        "failed_by_reason": {},
+        "failed": 0,
+        "pages": 4,
+    }
+    return json.dumps(row | change)
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ({"start": "lukewarm"}, "start is 'fresh' or 'warm'"),
+        ({"failed": 2, "failed_by_reason": {"timeout": 1}}, "does not add up"),
+        ({"failed": 4, "failed_by_reason": {"oom": 4}, "pages_per_s": 1.0}, "has no pace"),
+        ({"phases": []}, "phases is an object"),
+    ],
+)
+def test_a_bad_row_is_refused_with_its_reason(change: dict[str, object], said: str) -> None:
+    with pytest.raises(measured.BadRow, match=said):
+        measured.parse(_row(**change), "gpu.jsonl:1")
+
+
+def test_a_row_without_a_key_names_it() -> None:
+    row = json.loads(_row())
+    del row["engine_ready_s"]
+    with pytest.raises(measured.BadRow, match="missing engine_ready_s"):
+        measured.parse(json.dumps(row))
+
+
+def test_the_latest_run_at_defaults_is_told_from_one_with_overrides() -> None:
+    rows = [
+        measured.parse(_row(family="f", commit="a", pages_per_s=1.0)),
+        measured.parse(_row(family="f", commit="b", pages_per_s=2.0, overrides={"X": 1})),
+    ]
+    assert measured.latest("f", rows=rows).commit == "a"  # type: ignore[union-attr]
+    assert measured.latest("f", overrides={"X": 1}, rows=rows).commit == "b"  # type: ignore[union-attr]
+    assert measured.latest("g", rows=rows) is None

@@ -117,6 +117,7 @@ def test_a_model_the_image_lacks_fails_every_job_with_one_line(tmp_path: Path) -
         ("vllm", {"DEFAULT_PROMPT": "poetry"}, "DEFAULT_PROMPT='poetry': no such preset"),
         ("openai", {"MAX_PIXELS": "lots"}, "MAX_PIXELS='lots': Input should be a valid integer"),
         ("openai", {}, "ENGINE=openai needs OPENAI_BASE_URL"),
+        ("rapidocr", {"BUCKET_NAME": "x"}, "BUCKET_NAME is set but BUCKET_ENDPOINT_URL, BUCKET_"),
     ],
 )
 def test_settings_no_job_can_run_with_fail_every_job_with_one_line(

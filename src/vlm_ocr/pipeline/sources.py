@@ -178,7 +178,8 @@ class JobFiles:
             raise InputError(
                 where,
                 "inputs named by `key` are read from the bucket, and no bucket is configured; "
-                "set BUCKET_NAME and its credentials, or send `base64` or `url`",
+                "set the four bucket settings (BUCKET_ENDPOINT_URL, BUCKET_NAME and its two "
+                "keys), or send `base64` or `url`",
             )
         limit = self.limits.max_download_bytes
         try:

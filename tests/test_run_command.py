@@ -124,6 +124,7 @@ def test_on_a_terminal_the_line_is_redrawn_in_place_and_cleared() -> None:
     drawn = out.getvalue().split(CLEAR)
     assert drawn == [
         "",
+        "0/3 pages (0 %) (a.pdf)",  # at once, before the first page is read
         "1/3 pages (33 %), 0.50 pages/s, 4 s left (a.pdf)",
         "2/3 pages (66 %), 1 failed, 0.50 pages/s, 2 s left (a.pdf)",
         "3/3 pages (100 %), 1 failed, 0.50 pages/s, all in 6 s (a.pdf)",

@@ -38,8 +38,10 @@ class PageProgress:
         self._drawn = False
 
     def file(self, name: str) -> None:
-        """The file whose pages come next."""
+        """The file whose pages come next (a live line shows it at once)."""
         self.name = name
+        if self.live:
+            self._draw(self.clock())
 
     def __call__(self, item: PageItem) -> None:
         """One page's outcome (the worker's progress callback)."""
@@ -48,13 +50,16 @@ class PageProgress:
         now = self.clock()
         if self.live:
             if now - self.last >= REDRAW_S or self.done >= self.total:
-                self.stream.write(CLEAR + self.line(now))
-                self.stream.flush()
-                self.last, self._drawn = now, True
+                self._draw(now)
         elif now - self.last >= self.every_s:
             self.stream.write(f"vlm-ocr run: {self.line(now)}\n")
             self.stream.flush()
             self.last = now
+
+    def _draw(self, now: float) -> None:
+        self.stream.write(CLEAR + self.line(now))
+        self.stream.flush()
+        self.last, self._drawn = now, True
 
     def clear(self) -> None:
         """Take the live line away (before other output on the terminal)."""
@@ -69,14 +74,14 @@ class PageProgress:
         if self.failed:
             parts.append(f"{self.failed} failed")
         elapsed = now - self.started
-        if elapsed > 0:
+        if self.done and elapsed > 0:
             pace = self.done / elapsed
             parts.append(f"{pace:.2f} pages/s")
             if self.done >= total:
                 parts.append(f"all in {duration(elapsed)}")
-            elif pace:
+            else:
                 parts.append(f"{duration((total - self.done) / pace)} left")
-        return ", ".join(p for p in parts if p) + (f" ({self.name})" if self.name else "")
+        return ", ".join(parts) + (f" ({self.name})" if self.name else "")
 
 
 def duration(seconds: float) -> str:

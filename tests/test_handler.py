@@ -104,6 +104,22 @@ def test_a_test_input_that_is_no_job_is_one_line_and_a_failed_result(
     assert result["status"] == "failed" and result["error"].startswith(says)
 
 
+@pytest.mark.parametrize(
+    ("data", "says"),
+    [
+        (b64(b"meeting notes\n"), "input.pdf.base64: the data is not a PDF"),
+        ("%%% not base64", "input.pdf.base64: not valid base64"),
+    ],
+)
+def test_an_inline_pdf_that_is_none_is_refused_before_the_engine_starts(
+    data: str, says: str, tmp_path: Path
+) -> None:
+    proc = one_shot(json.dumps({"input": {"pdf": {"base64": data}}}), tmp_path)
+    assert proc.returncode == 1
+    [line] = proc.stderr.splitlines()  # the worker was never built: no engine line
+    assert says in line and json.loads(proc.stdout)["error"].startswith(says)
+
+
 def test_no_job_at_all_is_one_line(tmp_path: Path) -> None:
     # No --test_input and no test_input.json where it runs: said at once, no engine started.
     proc = subprocess.run(

@@ -42,9 +42,8 @@ class LocalFile:
 def file_kind(path: Path) -> Kind | None:
     """A PDF by its header, an image by what Pillow finds in its header, else None."""
     with path.open("rb") as fh:
-        head = fh.read(1024)
-    if head.lstrip()[:5].startswith(b"%PDF"):
-        return "pdf"
+        if render.is_pdf(fh.read(1024)):
+            return "pdf"
     try:
         with Image.open(path):
             return "image"

@@ -25,6 +25,8 @@ import runpod
 
 from ..contract import JobInput, JobResult
 from ..errors import InputError
+from ..pipeline.sources import check_inline_pdf
+from ..settings import Settings
 
 log = logging.getLogger("vlm_ocr.handler")
 LOCAL_JOB_ID = "local_test"  # the SDK's id for a local job that names none
@@ -62,13 +64,15 @@ class OneShot:
     def job_id(self) -> str:
         return str((self.job or {}).get("id", LOCAL_JOB_ID))
 
-    def check(self, max_pages: int) -> None:
-        """Refuse the job (and exit) when it cannot run: before the worker is built."""
+    def check(self, settings: Settings) -> None:
+        """Refuse the job (and exit) when it cannot run: before the worker is built. Its
+        fields, and a PDF sent inline is a PDF; the rest is the worker's to find."""
         if self.problem is not None:
             self.refuse(self.problem)
         assert self.job is not None
         try:
-            JobInput.parse(self.job["input"], max_pages=max_pages)
+            job = JobInput.parse(self.job["input"], max_pages=settings.job.max_pages_per_job)
+            check_inline_pdf(job, settings.fetch.max_download_bytes)
         except InputError as exc:
             self.refuse(str(exc), exc.lines())
 

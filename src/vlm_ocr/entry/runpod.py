@@ -159,7 +159,7 @@ def main() -> None:
     if settings is None:  # a value no job can run with
         return refuse(str(refusal), one_shot)
     if one_shot is not None:  # its input read and checked before any engine starts
-        one_shot.check(settings.job.max_pages_per_job)
+        one_shot.check(settings)
     loop = WorkerLoop()
     try:
         worker = build_worker(settings)

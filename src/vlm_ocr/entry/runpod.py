@@ -174,6 +174,8 @@ def main() -> None:
     except Exception as exc:
         log.error("cold start failed; this worker takes no jobs: %s", exc)
         worker.terminate()
+        if one_shot is not None:
+            one_shot.refuse(f"the engine did not start: {exc}")
         sys.exit(1)
 
     def concurrency_modifier(current: int) -> int:

@@ -7,8 +7,9 @@ is shared by the two sides, so a renamed field is renamed for both.
                                                           FailedItem when RunPod should mark
                                                           the job failed (`final_item`)
 
-`JobInput.parse` raises `InputError` naming the field and what is accepted. A job's manifest
-(`manifest.json`) is its `JobResult` without the page texts and presigned URLs.
+`JobInput.parse` raises `InputErrors` naming every field that is wrong and what is accepted
+(`field_errors`). A job's manifest (`manifest.json`) is its `JobResult` without the page texts
+and presigned URLs.
 """
 
 from __future__ import annotations

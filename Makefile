@@ -52,8 +52,9 @@ $(CHROMIUM):
 $(CJK_FONT):
 	$(APT_INSTALL) fonts-wqy-microhei
 
+# The result on stdout (one JSON document), the log on stderr.
 demo: $(VENV)/.demo
-	RUNPOD_LOG_LEVEL=ERROR $(BIN)/python handler.py --test_input "$$(cat test_input.json)"
+	$(BIN)/python handler.py --test_input "$$(cat test_input.json)"
 
 # Style, the layering of the package (import-linter), declared dependencies (deptry), the images
 # and the workflows.

@@ -39,7 +39,7 @@ def test_run_local_pdf_to_folder(tmp_path: Path) -> None:
 
 def test_run_reports_missing_file(tmp_path: Path) -> None:
     proc = cli("run", "nope.pdf", tmp=tmp_path)
-    assert proc.returncode == 2 and "no such file: nope.pdf" in proc.stderr
+    assert proc.returncode == 2 and "nope.pdf: no such file" in proc.stderr
 
 
 def test_bench_prints_figures(tmp_path: Path) -> None:

@@ -36,16 +36,18 @@ from .support import (
 
 
 def test_test_input_json_runs_and_prints_result(tmp_path: Path) -> None:
+    env = handler_env(tmp_path)
+    del env["RUNPOD_LOG_LEVEL"]  # as a user runs it: the SDK at its own default level (DEBUG)
     proc = subprocess.run(
         [sys.executable, "handler.py", "--test_input", (ROOT / "test_input.json").read_text()],
         cwd=ROOT,
-        env=handler_env(tmp_path),
+        env=env,
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    result, _ = json.JSONDecoder().raw_decode(proc.stdout[proc.stdout.index("{") :])
+    result = json.loads(proc.stdout)  # stdout is the result alone, one JSON document
     assert result["status"] == "ok" and result["totals"]["pages"] == 2
     for page, truth in zip(result["pages"], samples.LEGAL_PAGES, strict=True):
         stored = (tmp_path / "out" / page["key"]).read_text(encoding="utf-8")
@@ -55,18 +57,97 @@ def test_test_input_json_runs_and_prints_result(tmp_path: Path) -> None:
     assert "INFO vlm_ocr.pipeline.worker: engine ready" in proc.stderr  # LOG_LEVEL's default, INFO
 
 
-def test_log_level_takes_effect(tmp_path: Path) -> None:
-    # The RunPod SDK configures logging when it is imported; the worker's level still wins.
+def test_log_level_takes_effect_and_the_sdks_lines_stay_off_stdout(tmp_path: Path) -> None:
+    # The RunPod SDK configures logging when it is imported; the worker's level still wins. Its
+    # own lines at DEBUG (the payload, the result again) go to stderr: stdout is the result.
     proc = subprocess.run(
         [sys.executable, "handler.py", "--test_input", (ROOT / "test_input.json").read_text()],
         cwd=ROOT,
-        env=handler_env(tmp_path, LOG_LEVEL="WARNING"),
+        env=handler_env(tmp_path, LOG_LEVEL="WARNING", RUNPOD_LOG_LEVEL="DEBUG"),
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "INFO vlm_ocr" not in proc.stderr and '"status": "ok"' in proc.stdout
+    assert "INFO vlm_ocr" not in proc.stderr
+    assert json.loads(proc.stdout)["status"] == "ok"
+    assert "Starting Serverless Worker" in proc.stderr and "DEBUG  | " in proc.stderr
+
+
+def one_shot(job_text: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "handler.py", "--test_input", job_text],
+        cwd=ROOT,
+        env=handler_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.mark.parametrize(
+    ("job_text", "says"),
+    [
+        ("{bad", "--test_input: not JSON (Expecting property name"),
+        ("[1]", "--test_input: a JSON list; accepted: one JSON object"),
+        ('{"inpt": {}}', '--test_input: no "input" in it; accepted: one JSON object'),
+    ],
+)
+def test_a_test_input_that_is_no_job_is_one_line_and_a_failed_result(
+    job_text: str, says: str, tmp_path: Path
+) -> None:
+    proc = one_shot(job_text, tmp_path)
+    assert proc.returncode == 1
+    [line] = proc.stderr.splitlines()  # one line: no traceback, no engine started
+    assert says in line
+    result = json.loads(proc.stdout)
+    assert result["status"] == "failed" and result["error"].startswith(says)
+
+
+@pytest.mark.parametrize(
+    ("data", "says"),
+    [
+        (b64(b"meeting notes\n"), "input.pdf.base64: the data is not a PDF"),
+        ("%%% not base64", "input.pdf.base64: not valid base64"),
+    ],
+)
+def test_an_inline_pdf_that_is_none_is_refused_before_the_engine_starts(
+    data: str, says: str, tmp_path: Path
+) -> None:
+    proc = one_shot(json.dumps({"input": {"pdf": {"base64": data}}}), tmp_path)
+    assert proc.returncode == 1
+    [line] = proc.stderr.splitlines()  # the worker was never built: no engine line
+    assert says in line and json.loads(proc.stdout)["error"].startswith(says)
+
+
+def test_no_job_at_all_is_one_line(tmp_path: Path) -> None:
+    # No --test_input and no test_input.json where it runs: said at once, no engine started.
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "handler.py")],
+        cwd=tmp_path,
+        env=handler_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 1
+    [line] = proc.stderr.splitlines()
+    assert "no job to run: give --test_input" in line and "test_input.json" in line
+    assert json.loads(proc.stdout)["status"] == "failed"
+
+
+def test_a_bad_job_is_refused_with_every_problem_before_the_engine_starts(tmp_path: Path) -> None:
+    proc = one_shot(json.dumps({"input": {"pages": 5, "return_text": "yes"}}), tmp_path)
+    assert proc.returncode == 1
+    [line] = proc.stderr.splitlines()  # the worker was never built: no engine line
+    result = json.loads(proc.stdout)
+    assert [e.split(":")[0] for e in result["errors"]] == [
+        "input.pages",
+        "input.return_text",
+        "input",
+    ]
+    assert all("accepted: " in e or "give exactly one" in e for e in result["errors"])
+    assert result["error"] in line
 
 
 def test_bad_test_input_exits_non_zero_with_field(tmp_path: Path) -> None:
@@ -80,7 +161,8 @@ def test_bad_test_input_exits_non_zero_with_field(tmp_path: Path) -> None:
         timeout=300,
     )
     assert proc.returncode == 1
-    assert "input.pdf.base64: the PDF is corrupt or truncated" in proc.stdout + proc.stderr
+    says = "input.pdf.base64: the PDF is corrupt or truncated"
+    assert json.loads(proc.stdout)["error"].startswith(says)
 
 
 def run_demo_job(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -117,6 +199,7 @@ def test_a_model_the_image_lacks_fails_every_job_with_one_line(tmp_path: Path) -
         ("vllm", {"DEFAULT_PROMPT": "poetry"}, "DEFAULT_PROMPT='poetry': no such preset"),
         ("openai", {"MAX_PIXELS": "lots"}, "MAX_PIXELS='lots': Input should be a valid integer"),
         ("openai", {}, "ENGINE=openai needs OPENAI_BASE_URL"),
+        ("rapidocr", {"BUCKET_NAME": "x"}, "BUCKET_NAME is set but BUCKET_ENDPOINT_URL, BUCKET_"),
     ],
 )
 def test_settings_no_job_can_run_with_fail_every_job_with_one_line(
@@ -125,7 +208,7 @@ def test_settings_no_job_can_run_with_fail_every_job_with_one_line(
     env = handler_env(tmp_path, ENGINE=engine, MODEL_NAME="org/m", **bad)
     proc = run_demo_job(env)
     assert says in proc.stdout and says in proc.stderr and "Traceback" not in proc.stderr
-    result, _ = json.JSONDecoder().raw_decode(proc.stdout[proc.stdout.index("{") :])
+    result = json.loads(proc.stdout)
     assert result["status"] == "failed" and result["error"].startswith(
         "the worker is misconfigured: "
     )
@@ -188,8 +271,9 @@ def test_each_page_reports_progress_through_the_sdk(monkeypatch, loop, worker) -
             "pdf": {"base64": b64(samples.pdf_from_pages(samples.numbered_pages(3, lines=2)))}
         },
     }
-    result = asyncio.run(entry.make_handler(loop, worker)(job))
-    assert result["status"] == "ok"
+    shown: list[dict] = []
+    result = asyncio.run(entry.make_handler(loop, worker, shown.append)(job))
+    assert result["status"] == "ok" and shown == [result]
     assert sorted(p["done"] for _, p in sent) == [1, 2, 3]
     assert {job_id for job_id, _ in sent} == {"job-p"}
     assert sorted(p["page"] for _, p in sent) == [1, 2, 3] and all(p["total"] == 3 for _, p in sent)

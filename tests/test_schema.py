@@ -37,12 +37,16 @@ def test_valid_pdf_and_images() -> None:
             "input.prompt",
             "not both",
         ),
-        ({"pdf": {"base64": "x"}, "return_text": "yes"}, "input.return_text", "boolean"),
-        ({"images": "a.png"}, "input.images", "list"),
-        ({"images": []}, "input.images", "at least 1"),
+        (
+            {"pdf": {"base64": "x"}, "return_text": "yes"},
+            "input.return_text",
+            "accepted: true or false",
+        ),
+        ({"images": "a.png"}, "input.images", 'got the text "a.png"; accepted: a list'),
+        ({"images": []}, "input.images", "got an empty list; accepted: a list of at least 1"),
         ({"pdf": {}}, "input.pdf", "exactly one of `base64`, `url` or `key`"),
         ({"pdf": {"base64": "x", "url": "https://a"}}, "input.pdf", "got base64 and url"),
-        ({"pdf": {"base64": 5}}, "input.pdf.base64", "string"),
+        ({"pdf": {"base64": 5}}, "input.pdf.base64", "got the number 5; accepted: text"),
         ({"pdf": {"base64": "x"}, "colour": 1}, "input.colour", "accepted fields: pdf, pages"),
         ({"pdf": {"base64": "x"}, "output_prefix": "../x"}, "input.output_prefix", "letters"),
         ({"pdf": {"base64": "x"}, "output_prefix": "a/b\n"}, "input.output_prefix", "segment"),
@@ -50,10 +54,15 @@ def test_valid_pdf_and_images() -> None:
         ({"pdf": {"base64": "x"}, "output_prefix": "a/./b"}, "input.output_prefix", "segment"),
         ({"pdf": {"base64": "x"}, "output_prefix": "a/b/"}, "input.output_prefix", "trailing"),
         ({"pdf": {"base64": "x"}, "output_prefix": "a/b "}, "input.output_prefix", "letters"),
-        ({"pdf": {"key": ""}}, "input.pdf.key", "at least 1 character"),
+        ({"pdf": {"key": ""}}, "input.pdf.key", "accepted: text of 1 to 1,024 characters"),
         ({"pdf": {"base64": "x"}, "pages": "1- ," * 24 + "x"}, "input.pages", "not a page"),
         ({"pdf": {"base64": "x"}, "pages": "1," * 600}, "input.pages", "at most 1000"),
-        ({"pdf": {"base64": "x"}, "max_pixels": 10}, "input.max_pixels", "greater than"),
+        (
+            {"pdf": {"base64": "x"}, "max_pixels": 10},
+            "input.max_pixels",
+            "got the number 10; accepted: a whole number from 65,536 to 16,000,000",
+        ),
+        ({"pdf": {"base64": "x"}, "headers_footers": 1}, "input.headers_footers", '"drop" or'),
         ("just a string", "input", "JSON object"),
     ],
 )
@@ -61,6 +70,37 @@ def test_bad_input_names_field(raw: object, field: str, says: str) -> None:
     err = error_of(raw)
     assert err.field == field
     assert says in err.message
+
+
+def test_every_problem_of_an_input_is_named_at_once_with_what_is_accepted() -> None:
+    err = error_of({"pages": 5, "return_text": "yes", "max_side": "big"})
+    assert err.lines() == [
+        'input.pages: got the number 5; accepted: text such as "1-3,7" or "5-"',
+        'input.return_text: got the text "yes"; accepted: true or false',
+        'input.max_side: got the text "big"; accepted: a whole number from 256 to 8,192',
+        "input: give exactly one document: `pdf` (one PDF) or `images` (a list of page images)",
+    ]
+    assert str(err) == "; ".join(err.lines())  # the job's one-line error says them all
+
+
+def test_each_bad_source_and_each_rule_broken_is_named() -> None:
+    raw = {
+        "images": [{"base64": "x"}, "p2.png", {"url": "https://a", "key": "b"}],
+        "pages": "1",
+        "prompt": "plain",
+        "custom_prompt": "read it",
+        "searchable_pdf": True,
+        "json_schema": {"type": "object"},
+    }
+    fields = [line.split(":")[0] for line in error_of(raw).lines()]
+    assert fields == [
+        "input.images[1]",
+        "input.images[2]",
+        "input.pages",
+        "input.prompt",  # a preset and a custom prompt
+        "input.prompt",  # a preset with a JSON schema
+        "input.searchable_pdf",
+    ]
 
 
 def test_too_many_images() -> None:

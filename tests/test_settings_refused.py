@@ -4,16 +4,18 @@ traceback."""
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from vlm_ocr.cli.main import main as vlm_ocr
 from vlm_ocr.errors import ConfigError
 from vlm_ocr.images import Budget
 from vlm_ocr.pipeline.worker import build_worker, warmup_page
-from vlm_ocr.settings import Settings, declared_fields, env_name
+from vlm_ocr.settings import BUCKET_REQUIRED, Settings, declared_fields, env_name
 
 NAMES = [name for name, _ in declared_fields()]
 # Values a person might type, or a form might leave, for any setting.
@@ -77,7 +79,7 @@ def test_any_value_of_any_setting_is_taken_or_refused_by_name(name: str, value: 
         ({"OPENAI_BASE_URL": "localhost:8000"}, "OPENAI_BASE_URL='localhost:8000': not a URL"),
         ({"BUCKET_PREFIX": "a//b"}, "BUCKET_PREFIX='a//b': not a key prefix; accepted: "),
         ({"RENDER_PROCESSES": "100000"}, "RENDER_PROCESSES='100000': Input should be less"),
-        ({"BUCKET_ACCESS_KEY_ID": "k"}, "BUCKET_ACCESS_KEY_ID and BUCKET_SECRET_ACCESS_KEY go"),
+        ({"BUCKET_ACCESS_KEY_ID": "k"}, "BUCKET_ACCESS_KEY_ID is set but BUCKET_ENDPOINT_URL,"),
         ({"ENGINE": "openai"}, "ENGINE=openai needs OPENAI_BASE_URL"),
         ({"MAX_PIXELS": "x", "MAX_TOKENS": "-2"}, "MAX_PIXELS='x': Input should be a valid"),
     ],
@@ -90,6 +92,41 @@ def test_each_unworkable_setting_is_named_with_its_value_and_what_is_accepted(
     assert says in str(refused.value)
     if len(env) > 1:  # every bad variable at once, not the first alone
         assert all(f"{name}=" in str(refused.value) for name in env)
+
+
+BUCKET_VALUES = {
+    "BUCKET_ENDPOINT_URL": "https://acct.r2.cloudflarestorage.com",
+    "BUCKET_NAME": "ocr",
+    "BUCKET_ACCESS_KEY_ID": "key-id",
+    "BUCKET_SECRET_ACCESS_KEY": "secret-key",
+}
+PARTIAL_BUCKETS = [
+    names
+    for size in range(1, len(BUCKET_REQUIRED))
+    for names in itertools.combinations([env_name(n) for n in BUCKET_REQUIRED], size)
+]
+
+
+@pytest.mark.parametrize("given", PARTIAL_BUCKETS, ids="+".join)
+def test_a_part_of_the_bucket_settings_is_refused_naming_what_is_missing(
+    given: tuple[str, ...], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As a user meets it: `vlm-ocr run` with the variables in its environment.
+    for name in given:
+        monkeypatch.setenv(name, BUCKET_VALUES[name])
+    assert vlm_ocr(["run", "some.pdf"]) == 2
+    said = capsys.readouterr().err.strip()
+    missing = [n for n in BUCKET_VALUES if n not in given]
+    assert said.count("\n") == 0 and "the bucket settings go together" in said
+    gave, lacks = said.split(" set but ")
+    assert all(n in gave for n in given) and all(n not in gave for n in missing), said
+    assert all(n in lacks for n in missing) and all(n not in lacks for n in given), said
+    assert "secret-key" not in said and "key-id" not in said  # names, never values
+
+
+def test_all_bucket_settings_or_none_are_taken() -> None:
+    assert Settings.from_env(BUCKET_VALUES).bucket.configured
+    assert not Settings.from_env({}).bucket.configured
 
 
 @pytest.mark.parametrize("engine", ["rapidocr", "vllm", "openai"])

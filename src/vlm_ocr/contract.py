@@ -7,21 +7,30 @@ is shared by the two sides, so a renamed field is renamed for both.
                                                           FailedItem when RunPod should mark
                                                           the job failed (`final_item`)
 
-`JobInput.parse` raises `InputError` naming the field and what is accepted. A job's manifest
-(`manifest.json`) is its `JobResult` without the page texts and presigned URLs.
+`JobInput.parse` raises `InputErrors` naming every field that is wrong and what is accepted
+(`field_errors`). A job's manifest (`manifest.json`) is its `JobResult` without the page texts
+and presigned URLs.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
-from typing import Any, Literal
+from collections.abc import Collection, Sequence
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from .blocks import HeadersFooters
-from .errors import InputError
+from .errors import InputError, InputErrors
+from .field_errors import field_problems, given
 from .prompts import PRESETS
 from .settings import MAX_PIXELS_LIMIT, MAX_SIDE_LIMIT, MIN_PIXELS, MIN_SIDE
 from .urls import redact
@@ -39,6 +48,10 @@ class _Strict(BaseModel):
 
 class Source(_Strict):
     """Where one file comes from: exactly one of `base64`, `url` (https) or `key` (bucket)."""
+
+    ACCEPTED: ClassVar[str] = (
+        'an object with exactly one of "base64", "url" or "key" (and an optional "name")'
+    )
 
     base64: str | None = Field(None, min_length=1)
     url: str | None = Field(None, min_length=1, max_length=8192)
@@ -73,7 +86,11 @@ class JobInput(_Strict):
     """A job: one PDF (with an optional page selection) or a list of page images."""
 
     pdf: Source | None = None
-    pages: str | None = Field(None, description='Page selection for the PDF, e.g. "1-3,7" or "5-".')
+    pages: str | None = Field(
+        None,
+        description='Page selection for the PDF, e.g. "1-3,7" or "5-".',
+        examples=["1-3,7", "5-"],
+    )
     images: list[Source] | None = Field(None, min_length=1)
     prompt: str | None = Field(None, description="Prompt preset name.")
     custom_prompt: str | None = Field(None, min_length=1, max_length=MAX_PROMPT_CHARS)
@@ -103,47 +120,56 @@ class JobInput(_Strict):
         "laid invisibly over them (searchable.pdf beside the manifest).",
     )
 
+    @field_validator("pages")
+    @classmethod
+    def _pages(cls, value: str | None) -> str | None:
+        if value is not None:
+            _as_value_error(parse_selection, value)
+        return value
+
+    @field_validator("prompt")
+    @classmethod
+    def _prompt(cls, value: str | None) -> str | None:
+        if value is not None and value not in PRESETS:
+            raise ValueError(f"unknown preset {value!r}; accepted: {', '.join(sorted(PRESETS))}")
+        return value
+
+    @field_validator("output_prefix")
+    @classmethod
+    def _prefix(cls, value: str | None) -> str | None:
+        if value is not None:
+            _as_value_error(check_prefix, value)
+        return value
+
+    @field_validator("json_schema")
+    @classmethod
+    def _schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            _as_value_error(check_json_schema, value)
+        return value
+
     @model_validator(mode="after")
     def _check(self) -> JobInput:
-        if (self.pdf is None) == (self.images is None):
-            raise InputError(
-                "input",
-                "give exactly one document: `pdf` (one PDF) or `images` (a list of page images)"
-                + (", not both" if self.pdf is not None else ""),
-            )
-        if self.pages is not None:
-            if self.pdf is None:
-                raise InputError("input.pages", "a page selection applies to `pdf` only")
-            parse_selection(self.pages)  # raises InputError
-        if self.prompt is not None and self.custom_prompt is not None:
-            raise InputError(
-                "input.prompt", "give `prompt` (a preset) or `custom_prompt`, not both"
-            )
-        if self.prompt is not None and self.prompt not in PRESETS:
-            raise InputError(
-                "input.prompt",
-                f"unknown preset {self.prompt!r}; accepted: {', '.join(sorted(PRESETS))}",
-            )
-        if self.output_prefix is not None:
-            check_prefix(self.output_prefix)
-        if self.json_schema is not None:
-            check_json_schema(self.json_schema, preset=self.prompt)
-            if self.searchable_pdf:
-                raise InputError(
-                    "input.searchable_pdf",
-                    "a job with `json_schema` reads JSON, not the page's text, so there is "
-                    "nothing to lay over the pages; leave one of them out",
-                )
+        fields = type(self).model_fields
+        present = {name for name in fields if getattr(self, name) not in (None, False)}
+        if problems := combination_problems(present):
+            raise InputErrors(problems)
         return self
 
     @classmethod
     def parse(cls, raw: Any, *, max_pages: int | None = None) -> JobInput:
+        """The job, or InputErrors naming every field that is wrong (a field's own problems
+        and the fields that do not go together), each with what is accepted."""
         if not isinstance(raw, dict):
-            raise InputError("input", f"expected a JSON object, got {type(raw).__name__}")
+            raise InputError(
+                "input", f"got {given(raw)}; accepted: a JSON object of the job's fields"
+            )
         try:
             job = cls.model_validate(raw)
         except ValidationError as exc:
-            raise _as_input_error(exc) from None
+            present = {k for k, v in raw.items() if v is not None and v is not False}
+            problems = field_problems(exc, cls, "input") + combination_problems(present)
+            raise InputErrors(problems) from None
         if job.images is not None and max_pages is not None and len(job.images) > max_pages:
             raise InputError(
                 "input.images", f"{len(job.images)} images given; at most {max_pages} per job"
@@ -151,17 +177,49 @@ class JobInput(_Strict):
         return job
 
 
-def _as_input_error(exc: ValidationError) -> InputError:
-    err = exc.errors()[0]
-    loc = "input" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"])
-    kind = err["type"]
-    if kind == "extra_forbidden":
-        allowed = (
-            ", ".join(JobInput.model_fields) if len(err["loc"]) == 1 else "base64, url, key, name"
+def combination_problems(present: Collection[str]) -> list[InputError]:
+    """What is wrong with the fields a job gives together, by which it gives (a field that is
+    null or false is not given)."""
+    problems = []
+    if ("pdf" in present) == ("images" in present):
+        problems.append(
+            InputError(
+                "input",
+                "give exactly one document: `pdf` (one PDF) or `images` (a list of page images)"
+                + (", not both" if "pdf" in present else ""),
+            )
         )
-        return InputError(loc, f"unknown field; accepted fields: {allowed}")
-    message = err["msg"].removeprefix("Value error, ")
-    return InputError(loc, message)
+    if "pages" in present and "images" in present and "pdf" not in present:
+        problems.append(InputError("input.pages", "a page selection applies to `pdf` only"))
+    if "prompt" in present and "custom_prompt" in present:
+        problems.append(
+            InputError("input.prompt", "give `prompt` (a preset) or `custom_prompt`, not both")
+        )
+    if "json_schema" in present and "prompt" in present:
+        problems.append(
+            InputError(
+                "input.prompt",
+                "the presets transcribe to Markdown; with `json_schema` leave `prompt` out (the "
+                "built-in extraction prompt is used) or give `custom_prompt`",
+            )
+        )
+    if "json_schema" in present and "searchable_pdf" in present:
+        problems.append(
+            InputError(
+                "input.searchable_pdf",
+                "a job with `json_schema` reads JSON, not the page's text, so there is "
+                "nothing to lay over the pages; leave one of them out",
+            )
+        )
+    return problems
+
+
+def _as_value_error(check: Any, value: Any) -> None:
+    """Run a check that raises InputError as a field validator (pydantic collects ValueErrors)."""
+    try:
+        check(value)
+    except InputError as exc:
+        raise ValueError(exc.message) from None
 
 
 def check_prefix(prefix: str) -> None:
@@ -169,9 +227,9 @@ def check_prefix(prefix: str) -> None:
     if not _PREFIX_RE.fullmatch(prefix) or any(s in ("", ".", "..") for s in segments):
         raise InputError(
             "input.output_prefix",
-            f"{prefix[:60]!r} is not a usable prefix; use 1-200 characters of letters, digits, "
-            "'.', '_', '-' and '/', starting with a letter or digit, with no empty, '.' or '..' "
-            "segment and no trailing '/'",
+            f"{prefix[:60]!r} is not a usable prefix; accepted: 1-200 characters of letters, "
+            "digits, '.', '_', '-' and '/', starting with a letter or digit, with no empty, '.' "
+            "or '..' segment and no trailing '/'",
         )
 
 
@@ -190,8 +248,8 @@ def parse_selection(text: str) -> list[tuple[int, int | None]]:
         if m is None:
             raise InputError(
                 "input.pages",
-                f"{text[:60]!r} is not a page selection; use 1-based numbers and ranges such as "
-                '"1-3,7" or "5-"',
+                f"{text[:60]!r} is not a page selection; accepted: 1-based page numbers and "
+                'ranges such as "1-3,7" or "5-"',
             )
         lo = int(m.group(1))
         hi = None if m.group(2) and not m.group(3) else int(m.group(3) or lo)
@@ -206,17 +264,11 @@ def parse_selection(text: str) -> list[tuple[int, int | None]]:
 MAX_SCHEMA_CHARS = 20_000
 
 
-def check_json_schema(schema: dict[str, Any], *, preset: str | None) -> None:
+def check_json_schema(schema: dict[str, Any]) -> None:
     """A schema guided decoding can follow: a valid JSON Schema for an object, not too large."""
     from jsonschema import Draft202012Validator
     from jsonschema.exceptions import SchemaError
 
-    if preset is not None:
-        raise InputError(
-            "input.prompt",
-            "the presets transcribe to Markdown; with `json_schema` leave `prompt` out (the "
-            "built-in extraction prompt is used) or give `custom_prompt`",
-        )
     if len(json.dumps(schema)) > MAX_SCHEMA_CHARS:
         raise InputError("input.json_schema", f"over {MAX_SCHEMA_CHARS:,} characters")
     try:
@@ -376,9 +428,18 @@ class JobResult(BaseModel):
     errors: list[str] = Field(default_factory=list)
 
     @classmethod
-    def refused(cls, job_id: str, error: str, engine: dict[str, Any] | None = None) -> JobResult:
-        """A job turned away before any page was read: bad input, a misconfigured worker."""
-        return cls(job_id=job_id, status="failed", error=error, engine=engine or {})
+    def refused(
+        cls,
+        job_id: str,
+        error: str,
+        engine: dict[str, Any] | None = None,
+        errors: list[str] | None = None,
+    ) -> JobResult:
+        """A job turned away before any page was read: bad input (`errors`: each problem of
+        it), a misconfigured worker."""
+        return cls(
+            job_id=job_id, status="failed", error=error, engine=engine or {}, errors=errors or []
+        )
 
     def wire(self) -> dict[str, Any]:
         """As JSON travels: unset fields left out."""

@@ -18,6 +18,23 @@ class InputError(OcrError):
         self.message = message
         super().__init__(f"{field}: {message}")
 
+    def lines(self) -> list[str]:
+        """Each problem on a line of its own (the result's `errors`)."""
+        return [str(self)]
+
+
+class InputErrors(InputError):
+    """Everything wrong with one job input, reported at once: `problems` holds each, and the
+    message reads them in order (`input.pages: …; input.return_text: …`)."""
+
+    def __init__(self, problems: list[InputError]) -> None:
+        self.problems = problems
+        first, *rest = problems
+        super().__init__(first.field, "; ".join([first.message, *map(str, rest)]))
+
+    def lines(self) -> list[str]:
+        return [str(p) for p in self.problems]
+
 
 @dataclass(frozen=True)
 class JobStop:

@@ -217,14 +217,38 @@ class FetchSettings(Group):
     )
 
 
+# The bucket settings that go together: all given, or none.
+BUCKET_REQUIRED = (
+    "bucket_endpoint_url",
+    "bucket_name",
+    "bucket_access_key_id",
+    "bucket_secret_access_key",
+)
+
+
+def _and(names: typing.Iterable[str]) -> str:
+    """'A', 'A and B', 'A, B and C'."""
+    names = list(names)
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
 class BucketSettings(Group):
     """The bucket (Cloudflare R2 or any S3 endpoint) for results and inputs named by key."""
 
     bucket_endpoint_url: str | None = Field(
         None, description="S3 endpoint, for R2 `https://<ACCOUNT_ID>.r2.cloudflarestorage.com`."
     )
-    bucket_name: str | None = Field(None, description="Bucket for inputs named by key and results.")
-    bucket_access_key_id: str | None = Field(None, description="Bucket access key id.")
+    bucket_name: str | None = Field(
+        None,
+        description="Bucket for inputs named by key and results. Set it with "
+        "`BUCKET_ENDPOINT_URL`, `BUCKET_ACCESS_KEY_ID` and `BUCKET_SECRET_ACCESS_KEY`, or none of "
+        "the four (results then go to `OUTPUT_DIR`); a part of them is refused at start.",
+    )
+    bucket_access_key_id: str | None = Field(
+        None,
+        description="Bucket access key id. The keys come from these settings only, never from "
+        "`AWS_*` variables, `~/.aws` or an instance role.",
+    )
     bucket_secret_access_key: str | None = Field(None, description="Bucket secret access key.")
     bucket_prefix: str = Field(
         "ocr", description="Key prefix under which every job's results are stored."
@@ -257,16 +281,24 @@ class BucketSettings(Group):
         return value
 
     @model_validator(mode="after")
-    def _keys(self) -> BucketSettings:
-        if bool(self.bucket_access_key_id) != bool(self.bucket_secret_access_key):
+    def _all_or_none(self) -> BucketSettings:
+        # Credentials are these settings alone, never boto3's chain (AWS_* variables, ~/.aws, an
+        # instance role): on RunPod there is none, and a developer's shell must not decide which
+        # account a worker writes to. Half a configuration would fail every job; refuse it here.
+        given = [name for name in BUCKET_REQUIRED if getattr(self, name)]
+        if given and len(given) < len(BUCKET_REQUIRED):
+            missing = [env_name(n) for n in BUCKET_REQUIRED if n not in given]
             raise ValueError(
-                "BUCKET_ACCESS_KEY_ID and BUCKET_SECRET_ACCESS_KEY go together; set both, or "
-                "neither (credentials then come from boto3's own sources)"
+                f"the bucket settings go together: {_and(env_name(n) for n in given)} "
+                f"{'is' if len(given) == 1 else 'are'} set but {_and(missing)} "
+                f"{'is' if len(missing) == 1 else 'are'} not; accepted: all four (results go to "
+                "the bucket) or none (results go to OUTPUT_DIR)"
             )
         return self
 
     @property
     def configured(self) -> bool:
+        """All four bucket settings are given (validation allows all or none)."""
         return bool(self.bucket_name)
 
 

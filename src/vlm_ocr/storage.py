@@ -268,11 +268,11 @@ class Bucket:
 
     @classmethod
     def from_settings(cls, settings: BucketSettings) -> Bucket:
-        if bool(settings.bucket_access_key_id) != bool(settings.bucket_secret_access_key):
-            raise ValueError(
-                "set both BUCKET_ACCESS_KEY_ID and BUCKET_SECRET_ACCESS_KEY, or neither"
-            )
+        """The bucket the settings name, with their keys (validation has checked all four are
+        given): boto3's own credential chain is never consulted."""
         import boto3
+
+        assert settings.bucket_name is not None, "the bucket settings are not given"
 
         client = boto3.client(
             "s3",
@@ -285,7 +285,6 @@ class Bucket:
                 settings.bucket_read_timeout_s,
             ),
         )
-        assert settings.bucket_name, "BUCKET_NAME is not set"
         return cls(client, settings.bucket_name)
 
     async def run(self, fn: Any, /, *args: Any) -> Any:

@@ -8,12 +8,12 @@ On RunPod (and under the SDK's local API server) the handler streams: each page'
 yielded the moment it is stored (`PageItem`), and the last item is the whole job result
 (`ResultItem`), or its error when RunPod should mark the job failed (`FailedItem`); RunPod's
 `/stream` shows the pages as they finish, `/run` + `/status` the aggregated list.
-`--test_input` runs one job and prints its result.
+`--test_input` runs one job and prints its result (`one_shot`: the job checked before the engine
+starts, the result alone on stdout).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -28,6 +28,7 @@ from ..contract import JobResult, PageItem, final_item
 from ..errors import ConfigError
 from ..pipeline.worker import Worker, build_worker
 from ..settings import Settings
+from .one_shot import OneShot, is_one_shot
 from .runtime import Finished, WorkerLoop
 
 log = logging.getLogger("vlm_ocr.handler")
@@ -35,6 +36,7 @@ log = logging.getLogger("vlm_ocr.handler")
 # so RunPod replaces this worker (the result also carries `refresh_worker`).
 EXIT_AFTER_ENGINE_FAILURE_S = 5.0
 Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+Show = Callable[[dict[str, Any]], None]
 StreamHandler = Callable[[dict[str, Any]], AsyncIterator[dict[str, Any]]]
 
 
@@ -70,16 +72,15 @@ def exit_if_engine_failed(worker: Worker, result: JobResult) -> None:
         timer.start()
 
 
-def make_handler(loop: WorkerLoop, worker: Worker) -> Handler:
-    """One job, one result: `--test_input` (the SDK's local run takes no generator)."""
+def make_handler(loop: WorkerLoop, worker: Worker, show: Show) -> Handler:
+    """One job, one result, shown: `--test_input` (the SDK's local run takes no generator)."""
 
     async def handler(job: dict[str, Any]) -> dict[str, Any]:
         result = await loop.submit(
             worker.run(job["id"], job.get("input"), lambda item: report_progress(job, item))
         )
         out = result.wire()
-        if not on_runpod():
-            print(json.dumps(out, ensure_ascii=False, indent=2), flush=True)
+        show(out)
         exit_if_engine_failed(worker, result)
         return out
 
@@ -112,11 +113,7 @@ def refuse_all(reason: str) -> Handler:
     """Every job is answered with why this worker cannot run any (a misconfiguration)."""
 
     async def handler(job: dict[str, Any]) -> dict[str, Any]:
-        result = JobResult.refused(job["id"], f"the worker is misconfigured: {reason}")
-        out = result.wire()
-        if not on_runpod():
-            print(json.dumps(out, ensure_ascii=False, indent=2), flush=True)
-        return out
+        return JobResult.refused(job["id"], misconfigured(reason)).wire()
 
     return handler
 
@@ -134,7 +131,21 @@ def stop_on_signals(worker: Worker) -> None:
         signal.signal(sig, stop)
 
 
+def misconfigured(reason: str) -> str:
+    return f"the worker is misconfigured: {reason}"
+
+
+def refuse(reason: str, one_shot: OneShot | None) -> None:
+    """Settings no job can run with: a one-shot run is refused at once; a worker stays up and
+    says why to every job (a restart would fail the same way)."""
+    log.error("this worker cannot run jobs with its settings: %s", reason)
+    if one_shot is not None:
+        one_shot.refuse(misconfigured(reason))
+    runpod.serverless.start({"handler": refuse_all(reason)})
+
+
 def main() -> None:
+    one_shot = OneShot.begin(sys.argv) if is_one_shot(sys.argv, os.environ) else None
     try:
         settings: Settings | None = Settings.from_env(os.environ)
     except ConfigError as exc:
@@ -145,40 +156,37 @@ def main() -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         force=True,
     )
-    if settings is None:  # a value no job can run with: say which to every job, and stay up
-        log.error("this worker cannot run jobs with its settings: %s", refusal)
-        runpod.serverless.start({"handler": refuse_all(str(refusal))})
-        return
+    if settings is None:  # a value no job can run with
+        return refuse(str(refusal), one_shot)
+    if one_shot is not None:  # its input read and checked before any engine starts
+        one_shot.check(settings)
     loop = WorkerLoop()
     try:
         worker = build_worker(settings)
     except ConfigError as exc:  # settings no GPU layout or model family can run
-        log.error("this worker cannot run jobs with its settings: %s", exc)
-        runpod.serverless.start({"handler": refuse_all(str(exc))})
-        return
+        return refuse(str(exc), one_shot)
     stop_on_signals(worker)
     try:
         loop.run(worker.start())
     except ConfigError as exc:
-        # A restart would fail the same way: stay up and say why to every job instead.
-        log.error("this worker cannot run jobs with its settings: %s", exc)
         worker.terminate()
-        runpod.serverless.start({"handler": refuse_all(str(exc))})
-        return
+        return refuse(str(exc), one_shot)
     except Exception as exc:
         log.error("cold start failed; this worker takes no jobs: %s", exc)
         worker.terminate()
+        if one_shot is not None:
+            one_shot.refuse(f"the engine did not start: {exc}")
         sys.exit(1)
 
     def concurrency_modifier(current: int) -> int:
         return worker.jobs_at_once
 
-    # The SDK's local run (`--test_input`, or no job queue and no `--rp_serve_api`) cannot
-    # iterate a generator; everywhere else the handler streams.
-    local_run = not on_runpod() and "--rp_serve_api" not in sys.argv
+    # The SDK's local run cannot iterate a generator; everywhere else the handler streams.
     runpod.serverless.start(
         {
-            "handler": (make_handler if local_run else make_stream_handler)(loop, worker),
+            "handler": make_handler(loop, worker, one_shot.show)
+            if one_shot is not None
+            else make_stream_handler(loop, worker),
             "concurrency_modifier": concurrency_modifier,
             "return_aggregate_stream": True,
         }

@@ -77,7 +77,7 @@ def local_store(out_dir: Path | None, settings: Settings) -> LocalStore:
         name = "the results folder" if out_dir else "OUTPUT_DIR"
         raise ConfigError(
             f"{name}={str(root)!r}: it cannot be written ({exc}); accepted: a folder this "
-            "worker may create and write to, or bucket settings (BUCKET_NAME and its keys)"
+            "worker may create and write to, or the four bucket settings (docs/settings.md)"
         ) from None
     return LocalStore(root)
 

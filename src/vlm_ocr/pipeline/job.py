@@ -119,8 +119,10 @@ class JobRunner:
             **facts.details,
         }
 
-    def refuse(self, job_id: str, error: str) -> JobResult:
-        return JobResult.refused(job_id, error, self.engine_facts())
+    def refuse(self, job_id: str, error: str | InputError) -> JobResult:
+        """The job's refusal; an input error lists each of its problems in `errors` too."""
+        lines = error.lines() if isinstance(error, InputError) else None
+        return JobResult.refused(job_id, str(error), self.engine_facts(), lines)
 
     # --- the steps ------------------------------------------------------------------------------
 
@@ -146,7 +148,7 @@ class JobRunner:
                 max_pages=limits.max_pages,
             )
         except InputError as exc:
-            return self.refuse(job_id, str(exc))
+            return self.refuse(job_id, exc)
         loaded = time.perf_counter()
         fingerprint = fingerprint_of(engine, prompt, job)
         context = JobContext(

@@ -49,12 +49,20 @@ def _open(path: str) -> pymupdf.Document:
     return doc
 
 
+NOT_A_PDF = "the data is not a PDF (it does not start with %PDF)"
+
+
+def is_pdf(head: bytes) -> bool:
+    """Whether a file's first kilobyte is a PDF's (its header, after any whitespace)."""
+    return head.lstrip()[:5].startswith(b"%PDF")
+
+
 def inspect_pdf(path: str) -> PdfInfo:
     """Open a PDF and say how many pages it has, or PageError('open', reason a user can act on)."""
     with open(path, "rb") as fh:
         head = fh.read(1024)
-    if not head.lstrip()[:5].startswith(b"%PDF"):
-        raise PageError("open", "the data is not a PDF (it does not start with %PDF)")
+    if not is_pdf(head):
+        raise PageError("open", NOT_A_PDF)
     try:
         doc = _open(path)
     except Exception as exc:

@@ -178,7 +178,8 @@ class JobFiles:
             raise InputError(
                 where,
                 "inputs named by `key` are read from the bucket, and no bucket is configured; "
-                "set BUCKET_NAME and its credentials, or send `base64` or `url`",
+                "set the four bucket settings (BUCKET_ENDPOINT_URL, BUCKET_NAME and its two "
+                "keys), or send `base64` or `url`",
             )
         limit = self.limits.max_download_bytes
         try:
@@ -227,6 +228,15 @@ def decode_base64(text: str, field: str, max_bytes: int) -> bytes:
     if not data:
         raise InputError(field, "the file is empty")
     return data
+
+
+def check_inline_pdf(job: JobInput, max_bytes: int) -> None:
+    """A PDF sent inline is base64 of a PDF, or InputError: what a one-shot run can tell before
+    the engine starts, without opening it (that is the render processes' work)."""
+    if job.pdf is not None and job.pdf.base64 is not None:
+        where = "input.pdf.base64"
+        if not render.is_pdf(decode_base64(job.pdf.base64, where, max_bytes)[:1024]):
+            raise InputError(where, render.NOT_A_PDF)
 
 
 # --- the document -------------------------------------------------------------------------------

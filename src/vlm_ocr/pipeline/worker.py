@@ -86,7 +86,7 @@ class Worker:
         try:
             job = JobInput.parse(raw_input, max_pages=self.settings.job.max_pages_per_job)
         except InputError as exc:
-            return self.jobs.refuse(job_id, str(exc))
+            return self.jobs.refuse(job_id, exc)
         prefix = self.store.key_prefix + (job.output_prefix or job_id)
         if prefix in self._prefixes:
             return self.jobs.refuse(

@@ -1,0 +1,131 @@
+"""The one-shot run: `python handler.py --test_input '{"input": …}'` (or `test_input.json` in the
+folder, as the RunPod SDK reads it), which runs one job and exits.
+
+Its job is read and checked before the engine starts, so a mistake costs a second, not the
+engine's start; a job that cannot run is refused in one line on stderr. Its stdout carries the job
+result alone, one JSON document a script can read (`| jq`): everything else written there (the
+SDK's banner and log lines, a library's print, a child process) goes to stderr instead, however
+the SDK is set to log. The SDK's own lines (the payload, the result again) are left out unless
+`RUNPOD_LOG_LEVEL` (or `--rp_log_level`) asks for them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NoReturn, TextIO
+
+import runpod
+
+from ..contract import JobInput, JobResult
+from ..errors import InputError
+from ..pipeline.sources import check_inline_pdf
+from ..settings import Settings
+
+log = logging.getLogger("vlm_ocr.handler")
+LOCAL_JOB_ID = "local_test"  # the SDK's id for a local job that names none
+JOB_FILE = "test_input.json"  # what the SDK reads when no --test_input is given
+ACCEPTED = 'one JSON object with the job under "input": {"input": {"pdf": {…}, …}}'
+
+
+def is_one_shot(argv: list[str], environ: Mapping[str, str]) -> bool:
+    """Whether the SDK will run one local job and exit, as it decides: not its API server
+    (`--rp_serve_api`, a realtime port), and `--test_input` given or no job queue to ask."""
+    if "--rp_serve_api" in argv or environ.get("RUNPOD_REALTIME_PORT"):
+        return False
+    return _test_input(argv) is not None or not environ.get("RUNPOD_WEBHOOK_GET_JOB")
+
+
+@dataclass
+class OneShot:
+    #: the process's real stdout, kept for the result alone
+    out: TextIO
+    #: the job as given, or None when it cannot be read (`problem` says why)
+    job: dict[str, Any] | None = None
+    problem: str | None = None
+    _shown: bool = field(default=False, repr=False)
+
+    @classmethod
+    def begin(cls, argv: list[str]) -> OneShot:
+        """Keep stdout for the result, quiet the SDK unless asked, and read the job."""
+        out = keep_stdout_for_the_result()
+        if not _sdk_level_asked(argv):
+            runpod.RunPodLogger().set_level("WARN")
+        job, problem = read_job(argv)
+        return cls(out, job, problem)
+
+    @property
+    def job_id(self) -> str:
+        return str((self.job or {}).get("id", LOCAL_JOB_ID))
+
+    def check(self, settings: Settings) -> None:
+        """Refuse the job (and exit) when it cannot run: before the worker is built. Its
+        fields, and a PDF sent inline is a PDF; the rest is the worker's to find."""
+        if self.problem is not None:
+            self.refuse(self.problem)
+        assert self.job is not None
+        try:
+            job = JobInput.parse(self.job["input"], max_pages=settings.job.max_pages_per_job)
+            check_inline_pdf(job, settings.fetch.max_download_bytes)
+        except InputError as exc:
+            self.refuse(str(exc), exc.lines())
+
+    def show(self, result: dict[str, Any]) -> None:
+        """The job result, on stdout, once."""
+        if not self._shown:
+            self._shown = True
+            self.out.write(json.dumps(result, ensure_ascii=False, indent=2) + "\n")
+            self.out.flush()
+
+    def refuse(self, error: str, errors: list[str] | None = None) -> NoReturn:
+        log.error("job %s refused: %s", self.job_id, error)
+        self.show(JobResult.refused(self.job_id, error, errors=errors).wire())
+        sys.exit(1)
+
+
+def keep_stdout_for_the_result() -> TextIO:
+    """Point file descriptor 1 at stderr, for this process and the children it starts, and
+    return a stream to the real stdout."""
+    sys.stdout.flush()
+    kept = os.dup(1)
+    os.dup2(2, 1)
+    return os.fdopen(kept, "w", encoding="utf-8")
+
+
+def read_job(argv: list[str]) -> tuple[dict[str, Any] | None, str | None]:
+    """The job as `--test_input` or `test_input.json` gives it, or why it cannot be read."""
+    text, where = _test_input(argv), "--test_input"
+    if text is None:
+        path, where = Path(JOB_FILE), JOB_FILE
+        if not path.is_file():
+            return None, (
+                f"no job to run: give --test_input '{{\"input\": …}}' or a {JOB_FILE} in this "
+                "folder"
+            )
+        text = path.read_text(encoding="utf-8", errors="replace")
+    try:
+        job = json.loads(text)
+    except ValueError as exc:
+        return None, f"{where}: not JSON ({exc}); accepted: {ACCEPTED}"
+    if not isinstance(job, dict) or "input" not in job:
+        got = 'no "input" in it' if isinstance(job, dict) else f"a JSON {type(job).__name__}"
+        return None, f"{where}: {got}; accepted: {ACCEPTED}"
+    return job, None
+
+
+def _test_input(argv: list[str]) -> str | None:
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--test_input")
+    return parser.parse_known_args(argv[1:])[0].test_input
+
+
+def _sdk_level_asked(argv: list[str]) -> bool:
+    if os.environ.get("RUNPOD_LOG_LEVEL") or os.environ.get("RUNPOD_DEBUG_LEVEL"):
+        return True
+    return any(a == "--rp_log_level" or a.startswith("--rp_log_level=") for a in argv)

@@ -366,6 +366,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "replica (tensor parallel) that fits, on the first --gpu-memory size (default 141)",
     )
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    serve_line_arguments(p)
+
+
+def serve_line_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--serve-line",
         action="store_true",

@@ -193,6 +193,8 @@ class LocalStore:
     async def read_text(self, key: str) -> str:
         try:
             return self._path(key).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ObjectMissing(f"no {key} under {self.root}") from None
         except OSError as exc:
             raise StorageError(f"cannot read {key} under {self.root}: {exc}") from None
 

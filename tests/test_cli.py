@@ -10,11 +10,11 @@ from vlm_ocr import samples
 from vlm_ocr.pipeline.textsim import similarity
 from vlm_ocr_lab.standins.local_endpoint import worker_environ
 
-from .support import TEST_PIXELS
+from .support import SPARE_LIMITS_ENV, TEST_PIXELS
 
 
 def cli(*args: str, tmp: Path, package: str = "vlm_ocr") -> subprocess.CompletedProcess[str]:
-    env = worker_environ(MAX_PIXELS=str(TEST_PIXELS))
+    env = worker_environ(**SPARE_LIMITS_ENV, MAX_PIXELS=str(TEST_PIXELS))
     return subprocess.run(
         [sys.executable, "-m", package, *args],
         cwd=tmp,

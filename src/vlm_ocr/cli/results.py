@@ -49,6 +49,16 @@ def stores(settings: Settings) -> tuple[Store, BucketInputs | None]:
     return LocalStore(settings.job.output_dir), None
 
 
+def one_line(exc: ValueError) -> str:
+    """What was wrong, in one line: JSON's own message, or a manifest's first wrong field."""
+    if isinstance(exc, ValidationError):
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "the document"
+        more = f", and {exc.error_count() - 1} more" if exc.error_count() > 1 else ""
+        return f"{where}: {first['msg']}{more}"
+    return str(exc).splitlines()[0]
+
+
 class ResultsError(Exception):
     """The job's results cannot be read; the message says where and why."""
 
@@ -102,7 +112,9 @@ class Results:
         except StorageError as exc:
             raise ResultsError(f"the job manifest at {where} cannot be read ({exc})") from None
         except ValueError as exc:  # not JSON, or not a manifest (ValidationError)
-            raise ResultsError(f"{where} is not a job manifest: {exc}") from None
+            raise UsageError(
+                "RESULTS", f"{where} is not a job manifest ({one_line(exc)}); accepted: {ACCEPTED}"
+            ) from None
         if self.folder and job.prefix:
             self._strip = f"{job.prefix}/"
         return job

@@ -15,10 +15,13 @@ from typing import Any
 
 from ..contract import JobResult
 from ..settings import Settings
+from .usage import prompt_help
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("files", nargs="+", type=Path)
+    p.add_argument(
+        "files", nargs="+", type=Path, metavar="FILE", help="PDFs and images, each read as one job"
+    )
     p.add_argument(
         "--out",
         type=Path,
@@ -26,7 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "the settings select: the bucket if configured, else OUTPUT_DIR)",
     )
     p.add_argument("--pages", help='page selection for PDFs, e.g. "1-3,7"')
-    p.add_argument("--prompt", help="prompt preset")
+    p.add_argument("--prompt", help=prompt_help("the pages are read with"))
     p.add_argument("--max-pixels", type=int, help="page pixel budget")
     p.add_argument(
         "--headers-footers",

@@ -118,3 +118,13 @@ def fraction(text: str) -> float:
     if not 0 < value <= 1:
         raise argparse.ArgumentTypeError(f"{text!r}: accepted: a number above 0 and at most 1")
     return value
+
+
+def prompt_help(what: str) -> str:
+    """Help for a `--prompt` argument: the presets, from prompts.py."""
+    from ..prompts import PRESETS
+
+    return (
+        f"the prompt preset {what}: one of {', '.join(sorted(PRESETS))} (default: PROMPT's; a "
+        "model family with a prompt of its own takes none)"
+    )

@@ -1,12 +1,8 @@
 """Where results go: a local folder, or an S3 bucket (Cloudflare R2) — one interface for both.
 
 Key layout, relative to the store's root (the output folder, or `BUCKET_PREFIX/` in a bucket):
-
-    <prefix>/page-0001.md                one object per page (1-based page number, 4+ digits)
-    <prefix>/failed/page-0003.partial.md best partial text of a page that failed, if any
-    <prefix>/manifest.json               the job manifest
-
-`<prefix>` is the job's `output_prefix`, or its RunPod job id. Reported keys are the real object
+`JobKeys` names every object of a job (docs/job.md lists them, and a test holds that list to
+this class). `<prefix>` is the job's `output_prefix`, or its RunPod job id. Reported keys are the real object
 keys (in a bucket they start with `BUCKET_PREFIX/`).
 
 A page object carries a `PageRecord` (its image hash and engine fingerprint): a re-run reuses the

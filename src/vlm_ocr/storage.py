@@ -2,8 +2,8 @@
 
 Key layout, relative to the store's root (the output folder, or `BUCKET_PREFIX/` in a bucket):
 `JobKeys` names every object of a job (docs/job.md lists them, and a test holds that list to
-this class). `<prefix>` is the job's `output_prefix`, or its RunPod job id. Reported keys are the real object
-keys (in a bucket they start with `BUCKET_PREFIX/`).
+this class). `<prefix>` is the job's `output_prefix`, or its RunPod job id. Reported keys are
+the real object keys (in a bucket they start with `BUCKET_PREFIX/`).
 
 A page object carries a `PageRecord` (its image hash and engine fingerprint): a re-run reuses the
 stored text only when both match. Reading a job's inputs from the bucket is a separate, smaller

@@ -87,16 +87,36 @@ def test_chinese_is_drawn_with_a_font_that_has_it_and_latin_as_before(
     assert text_of(drawn, "latin").tobytes() == text_of(tofu, "latin").tobytes()
 
 
-def test_the_review_page_names_the_systems_cjk_font_in_its_font_stack(tmp_path: Path) -> None:
+LATIN = ('"Segoe UI"', "Consolas")  # the last Latin family of body's stack, and of pre's
+
+
+def font_rules(html: str) -> list[str]:
+    return [html[html.index(f"{e} {{ font-family:") :].split("}", 1)[0] for e in ("body", "pre")]
+
+
+def test_the_review_page_names_the_systems_cjk_font_in_its_font_stack(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
     found = fonts.cjk_font()
     if found is None or not found.family:
         pytest.skip(f"no CJK font known to fontconfig on this machine; {fonts.INSTALL}")
     job = write_job(tmp_path)
-    assert cli.main(["review", str(job), "-o", str(tmp_path / "review.html")]) == 0
-    html = (tmp_path / "review.html").read_text(encoding="utf-8")
-    for element in ("body", "pre"):
-        rule = html[html.index(f"{element} {{ font-family:") :].split("}", 1)[0]
-        assert f'"{found.family}"' in rule and '"Noto Sans CJK TC"' in rule, rule
+    out = tmp_path / "review.html"
+    assert cli.main(["review", str(job), "-o", str(out)]) == 0
+    assert "no font with Chinese" not in capsys.readouterr().out
+    for rule, latin in zip(font_rules(out.read_text(encoding="utf-8")), LATIN, strict=True):
+        assert f'{latin}, "{found.family}", ' in rule, rule  # after Latin, the one found here
+    # On a machine without one: the common families still named, and the summary says so.
+    monkeypatch.setattr(fonts, "cjk_font", lambda: None)
+    assert cli.main(["review", str(job), "-o", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert "no font with Chinese, Japanese or Korean on this system" in said
+    assert "apt-get install fonts-noto-cjk" in said
+    html = out.read_text(encoding="utf-8")
+    assert "apt-get install fonts-noto-cjk" in html  # in the page's summary too
+    common = ", ".join(f'"{family}"' for family in fonts.CSS_FAMILIES)
+    for rule, latin in zip(font_rules(html), LATIN, strict=True):
+        assert f"{latin}, {common}, " in rule, rule
 
 
 def options(command: str) -> dict[str, tuple[tuple[str, ...], str | None]]:

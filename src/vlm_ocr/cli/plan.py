@@ -23,6 +23,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from ..engines.families import FAMILIES, Family, detect
 from ..engines.families.qwen import smart_resize
 from ..settings import MIN_PIXELS, Settings
@@ -471,8 +473,13 @@ def sizing(args: argparse.Namespace, settings: Settings) -> Sizing:
     given = {SETTING_OF_FLAG[k]: v for k, v in vars(args).items() if k in SETTING_OF_FLAG}
     try:
         settings = settings.with_(model_name=model, **{k: v for k, v in given.items() if v})
-    except ValueError as exc:  # pydantic's ValidationError, in its words
-        raise usage.UsageError("a flag", str(exc).replace("\n", " ")) from None
+    except ValidationError as exc:  # a flag's value the settings refuse, as they would its own
+        first = exc.errors()[0]
+        name = str(first["loc"][-1]) if first["loc"] else "a flag"
+        flag = next((k for k, v in SETTING_OF_FLAG.items() if v == name), name)
+        raise usage.UsageError(
+            f"--{flag.replace('_', '-')}", f"{first['input']!r}: {first['msg']}"
+        ) from None
     family = detect(
         cfg, model, settings.model.model_family, max_pixels=settings.render.max_pixels
     ).family

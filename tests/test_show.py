@@ -10,7 +10,7 @@ import argparse
 from pathlib import Path
 
 import pytest
-from PIL import Image
+from PIL import Image, ImageDraw, ImageFont
 
 from vlm_ocr.blocks import Block, PageBlocks
 from vlm_ocr.cli import fonts, show
@@ -21,6 +21,7 @@ WIDTH, HEIGHT = 3000, 2000  # scale 2: the text drawn 24 pixels high
 BLOCKS = {"zhong": "中文", "yue": "契約", "latin": "Lease of the premises"}
 TOPS = {"zhong": 300, "yue": 700, "latin": 1100}
 LINE = 3 * 2  # the outline's width at scale 2 (show.draw): the text starts two widths in
+INK = (60, 60, 60)  # the colour of a block's text on a blank page
 
 
 def write_job(folder: Path) -> Path:
@@ -83,8 +84,13 @@ def test_chinese_is_drawn_with_a_font_that_has_it_and_latin_as_before(
     assert text_of(tofu, "zhong").tobytes() == text_of(tofu, "yue").tobytes()
     assert text_of(drawn, "zhong").tobytes() != text_of(drawn, "yue").tobytes()
     assert text_of(drawn, "zhong").tobytes() != text_of(tofu, "zhong").tobytes()
-    # Latin text is drawn as it always was, in PIL's own font.
+    # Latin text is drawn as it always was, in PIL's own font, CJK font or none.
     assert text_of(drawn, "latin").tobytes() == text_of(tofu, "latin").tobytes()
+    before, now = (Image.new("RGB", (600, 60), "white") for _ in range(2))
+    latin = BLOCKS["latin"]
+    ImageDraw.Draw(before).text((5, 5), latin, font=ImageFont.load_default(size=24), fill=INK)
+    show.write(ImageDraw.Draw(now), (5, 5), latin, 24)
+    assert now.tobytes() == before.tobytes()
 
 
 LATIN = ('"Segoe UI"', "Consolas")  # the last Latin family of body's stack, and of pre's

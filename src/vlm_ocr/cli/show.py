@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
+import itertools
 import sys
 from pathlib import Path
 
@@ -111,12 +112,7 @@ def draw(doc: PageBlocks, page: Image.Image | None = None) -> Image.Image:
         pen.rectangle((x0, y0, x1, y1), fill=(*colour, 40), outline=(*colour, 255), width=width)
         if page is None and block.content:
             snippet = " ".join(block.content.split())[:120]
-            pen.text(
-                (x0 + width * 2, y0 + width * 2),
-                snippet,
-                font=text_font(snippet, text_size),
-                fill=(60, 60, 60, 255),
-            )
+            write(pen, (x0 + width * 2, y0 + width * 2), snippet, text_size)
         tag = f"{n} {block.kind}"
         left, top, right, bottom = pen.textbbox((x0, y0), tag, font=label_font)
         lift = bottom - top + 2 * width
@@ -126,11 +122,20 @@ def draw(doc: PageBlocks, page: Image.Image | None = None) -> Image.Image:
     return Image.alpha_composite(base, layer).convert("RGB")
 
 
-def text_font(text: str, size: int) -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
-    """PIL's own font for Latin text, as before; the system's CJK font for text past it (said
-    once when there is none: the text is then drawn as empty boxes)."""
-    if not fonts.needs_cjk(text):
-        return ImageFont.load_default(size=size)
+def write(pen: ImageDraw.ImageDraw, at: tuple[float, float], text: str, size: int) -> None:
+    """`text` from `at` on one baseline: its Latin runs in PIL's own font, as they always were,
+    the runs past Latin in the system's CJK font (said once when there is none: they are then
+    drawn as empty boxes)."""
+    latin = ImageFont.load_default(size=size)
+    x, baseline = at[0], at[1] + latin.getmetrics()[0]
+    for cjk, chars in itertools.groupby(text, key=fonts.needs_cjk):
+        run = "".join(chars)
+        font = cjk_font(size) if cjk else latin
+        pen.text((x, baseline), run, font=font, fill=(60, 60, 60, 255), anchor="ls")
+        x += pen.textlength(run, font=font)
+
+
+def cjk_font(size: int) -> ImageFont.FreeTypeFont:
     found = fonts.cjk_font()
     if found is None:
         warn_no_cjk_font()

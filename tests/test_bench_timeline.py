@@ -1,4 +1,5 @@
-"""The benchmark's timeline: how full a run kept the engine, measured around the engine's `ask`."""
+"""The benchmark's timeline (how full a run kept the engine, measured around the engine's
+`ask`) and its progress lines (pages counted where the bench sees them end, for every engine)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import contextlib
 import time
 
 from vlm_ocr_lab.bench.pipeline import Timeline
+from vlm_ocr_lab.bench.progress import PassProgress
 
 
 class Engine:
@@ -70,32 +72,24 @@ def test_the_peak_is_when_the_most_requests_were_in_flight() -> None:
     timeline.close()
 
 
-def test_progress_says_answers_pace_and_requests_in_flight() -> None:
-    timeline = Timeline(Engine())
-    t0 = timeline.t0
-    timeline.spans, timeline.sent = [(t0 + 1, t0 + 3), (t0 + 2, t0 + 5)], 3
-    # two answers in the 4 s since the first request was sent; the third is still out
-    assert timeline.progress("worker pass 1", t0 + 5) == (
-        "progress, worker pass 1: 2 answers at 5.0 s (0.50 a second since the first request), "
-        "1 in flight"
+def test_progress_says_pages_pace_time_left_and_requests_in_flight() -> None:
+    progress = PassProgress("worker pass 1", 10, 0.0, in_flight=lambda: 3)
+    progress.done = 4  # four pages in 8 s: six left at that pace
+    assert progress.line(progress.t0 + 8) == (
+        "progress, worker pass 1: 4 of 10 pages at 8.0 s (0.50 a second, about 12 s left), "
+        "3 requests in flight"
     )
-    timeline.spans, timeline.sent = [], 0
-    assert "0 answers at 1.0 s (none yet" in timeline.progress("direct path", t0 + 1)
-    timeline.close()
+    cpu = PassProgress("direct path", 10, 0.0)  # an engine whose requests are not seen
+    assert cpu.line(cpu.t0 + 1) == "progress, direct path: 0 of 10 pages at 1.0 s (none done yet)"
+
+
+SAFETY_S = 600  # a wait that ends long before; only a broken reporter runs into it
 
 
 def test_progress_lines_come_while_a_run_goes_and_stop_with_it(capsys) -> None:
-    class Held:
-        def __init__(self) -> None:
-            self.release = asyncio.Event()
-
-        async def ask(self, page: int) -> int:
-            await self.release.wait()
-            return page
-
     async def printed(text: str, seen: list[str]) -> None:
-        # bounded: the reporter prints every 10 ms, a busy machine may take far longer
-        for _ in range(2000):
+        deadline = time.monotonic() + SAFETY_S
+        while time.monotonic() < deadline:
             seen.append(capsys.readouterr().out)
             if text in "".join(seen):
                 return
@@ -103,20 +97,33 @@ def test_progress_lines_come_while_a_run_goes_and_stop_with_it(capsys) -> None:
         raise AssertionError(f"no progress line with {text!r} in {''.join(seen)!r}")
 
     async def run() -> None:
-        engine = Held()
-        timeline = Timeline(engine, label="direct path", progress_s=0.01)
-        asks = [asyncio.ensure_future(engine.ask(n)) for n in range(2)]
+        flying = [2]
+        progress = PassProgress("direct path", 2, 0.01, in_flight=lambda: flying[0])
         seen: list[str] = []
-        await printed("progress, direct path: 0 answers", seen)
-        await printed("2 in flight", seen)
-        engine.release.set()
-        assert await asyncio.gather(*asks) == [0, 1]
-        await printed("2 answers", seen)
-        reporter = timeline._reporter
-        timeline.close()
-        assert reporter is not None
+        # nothing ends: a line every 0.01 s all the same, so a stalled run shows it
+        await printed("progress, direct path: 0 of 2 pages at", seen)
+        await printed("2 requests in flight", seen)
+        flying[0] = 0
+        progress.page_done()
+        progress.page_done()
+        await printed("2 of 2 pages", seen)
+        ticker = progress._ticker
+        progress.close()
+        assert ticker is not None
         with contextlib.suppress(asyncio.CancelledError):
-            await reporter
-        assert reporter.cancelled()
+            await ticker
+        assert ticker.cancelled()
 
     asyncio.run(run())
+
+
+def test_the_first_page_gives_a_line_at_once_and_then_one_a_period(capsys) -> None:
+    async def run() -> str:
+        progress = PassProgress("worker pass 1", 3, 3600.0)
+        progress.page_done()  # the first page: at once, whatever the period
+        progress.page_done()  # the next: within the period, quiet
+        progress.close()
+        return capsys.readouterr().out
+
+    out = asyncio.run(run())
+    assert out.startswith("progress, worker pass 1: 1 of 3 pages at ") and out.count("\n") == 1

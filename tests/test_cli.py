@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,11 +11,13 @@ from vlm_ocr import samples
 from vlm_ocr.pipeline.textsim import similarity
 from vlm_ocr_lab.standins.local_endpoint import worker_environ
 
-from .support import TEST_PIXELS
+from .support import SPARE_LIMITS_ENV, TEST_PIXELS
 
 
-def cli(*args: str, tmp: Path, package: str = "vlm_ocr") -> subprocess.CompletedProcess[str]:
-    env = worker_environ(MAX_PIXELS=str(TEST_PIXELS))
+def cli(
+    *args: str, tmp: Path, package: str = "vlm_ocr", **env: str
+) -> subprocess.CompletedProcess[str]:
+    env = worker_environ(**SPARE_LIMITS_ENV, MAX_PIXELS=str(TEST_PIXELS), **env)
     return subprocess.run(
         [sys.executable, "-m", package, *args],
         cwd=tmp,
@@ -42,12 +45,21 @@ def test_run_reports_missing_file(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "nope.pdf: no such file" in proc.stderr
 
 
-def test_bench_prints_figures(tmp_path: Path) -> None:
-    proc = cli("bench", "--pages", "2", tmp=tmp_path, package="vlm_ocr_lab")
+def test_bench_prints_figures_and_its_progress_with_the_cpu_engine(tmp_path: Path) -> None:
+    # a line an hour, and one at the first page: that one, whatever the machine's pace
+    args = ("bench", "--pages", "2", "--jobs", "2", "--progress", "3600")
+    proc = cli(*args, tmp=tmp_path, package="vlm_ocr_lab", ENGINE="rapidocr")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "pages/s:" in proc.stdout
+    assert "engine: rapidocr" in proc.stdout and "pages/s:" in proc.stdout
     for stage in ("render_s", "engine_s", "store_s"):
         assert stage in proc.stdout
+    # The progress counts the pages the worker ends, not an engine's requests: the CPU engine,
+    # which sends none, reports too.
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("progress, ")]
+    said = (
+        r"progress, worker pass 1: 1 of 4 pages at [\d.]+ s \([\d.]+ a second, about \d+ s left\)"
+    )
+    assert lines and re.fullmatch(said, lines[0]), proc.stdout
 
 
 def test_bench_passes_are_each_reported_on_pages_new_to_the_engine(tmp_path: Path) -> None:

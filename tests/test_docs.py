@@ -1,11 +1,13 @@
-"""The docs hold together: the README stays a front page, and every relative link in the README,
+"""The docs hold together: the README stays a front page, every relative link in the README,
 CONTRIBUTING.md and docs/ points at a file that exists, and with an anchor at one of its
-headings (as GitHub names them)."""
+headings (as GitHub names them), and the objects they list for a job are those the store writes."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
+
+from vlm_ocr.storage import JobKeys
 
 from .support import ROOT
 
@@ -58,3 +60,41 @@ def test_the_docs_are_linked_from_the_readme() -> None:
     readme = prose(ROOT / "README.md")
     for doc in DOCS[1:]:
         assert f"]({doc.relative_to(ROOT)}" in readme, doc.name
+
+
+def documented_objects(path: Path) -> set[str]:
+    """The objects a doc's listing of a job's store names (lines `<prefix>/name  what it is`)."""
+    names = set()
+    for block in FENCE.findall(path.read_text(encoding="utf-8")):
+        for line in block.splitlines():
+            if line.startswith("<prefix>/"):
+                first = re.split(r"\s{2,}", line, maxsplit=1)[0]
+                names |= {
+                    f"<prefix>/{n.strip().removeprefix('<prefix>/')}" for n in first.split(",")
+                }
+    return names
+
+
+def job_keys_objects() -> set[str]:
+    """Every object JobKeys names, one of each kind (page 1, page 3's figure and partial text);
+    a kind of key added to JobKeys fails here until it is listed in the docs."""
+    keys = JobKeys("<prefix>")
+    made = {
+        "page": keys.page(1),
+        "blocks": keys.blocks(1),
+        "second_reading": keys.second_reading(1),
+        "figure": keys.figure(3, 1),
+        "figure_name": f"<prefix>/{JobKeys.figure_name(3, 1)}",
+        "partial": keys.partial(3),
+        "document": keys.document("md"),
+        "searchable_pdf": keys.searchable_pdf,
+        "manifest": keys.manifest,
+    }
+    public = {name for name in dir(JobKeys) if not name.startswith("_")}
+    assert public == set(made), "name the new kind of key here, and list it in the docs"
+    return set(made.values()) | {keys.document("txt")}
+
+
+def test_the_listed_stored_objects_are_those_the_store_writes() -> None:
+    for doc in (ROOT / "README.md", ROOT / "docs/job.md"):
+        assert documented_objects(doc) == job_keys_objects(), doc.name

@@ -21,7 +21,7 @@ from vlm_ocr.settings import Settings
 from vlm_ocr_lab.standins.local_endpoint import API_KEY, LocalEndpoint, worker_environ
 from vlm_ocr_lab.standins.loopback_s3 import LoopbackS3, s3_client
 
-from .support import ROOT, TEST_PIXELS
+from .support import ROOT, SPARE_LIMITS_ENV, TEST_PIXELS
 from .support.fault_proxy import FaultProxy
 
 BUCKET = "fanout"
@@ -30,7 +30,9 @@ SAFETY_S = 600  # a wait that should end long before; only a hung test runs into
 
 def worker_env(s3: LoopbackS3, tmp: Path, bucket_url: str | None = None) -> dict[str, str]:
     return worker_environ(
-        **s3.env(BUCKET) | ({"BUCKET_ENDPOINT_URL": bucket_url} if bucket_url else {}),
+        **SPARE_LIMITS_ENV
+        | s3.env(BUCKET)
+        | ({"BUCKET_ENDPOINT_URL": bucket_url} if bucket_url else {}),
         ENGINE="rapidocr",
         RENDER_PROCESSES="1",
         MAX_PIXELS=str(TEST_PIXELS),

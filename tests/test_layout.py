@@ -372,10 +372,11 @@ def test_show_draws_a_page_with_its_blocks(tmp_path, loop, cpu_engine, cpu_pool)
     pdf = tmp_path / "lease.pdf"
     pdf.write_bytes(samples.pdf_from_pages(samples.LEGAL_PAGES[:1]))
     worker = new_worker(loop, make_settings(tmp_path), cpu_engine, cpu_pool)
-    run_job(loop, worker, {"pdf": {"base64": b64(pdf.read_bytes())}, "output_prefix": "lease"})
+    job = {"pdf": {"base64": b64(pdf.read_bytes()), "name": pdf.name}, "output_prefix": "lease"}
+    run_job(loop, worker, job)
     out = tmp_path / "drawn.png"
-    args = ["show", "lease", "--page", "1", "--dir", str(tmp_path / "out"), "--source", str(pdf)]
-    assert cli.main([*args, "--out", str(out)]) == 0
+    args = ["show", str(tmp_path / "out/lease"), "--page", "1", "--pdf", str(pdf)]
+    assert cli.main([*args, "-o", str(out)]) == 0
     doc = PageBlocks.model_validate_json((tmp_path / "out/lease/page-0001.json").read_text())
     with Image.open(out) as drawn:
         assert drawn.size == (doc.width, doc.height)
@@ -384,14 +385,19 @@ def test_show_draws_a_page_with_its_blocks(tmp_path, loop, cpu_engine, cpu_pool)
         assert drawn.getpixel((x0 + 1, (y0 + y1) // 2)) == show.COLOURS["text"]
         inside = drawn.crop((x0 + 4, y0 + 4, x1 - 4, y1 - 4)).convert("L")
         assert min(inside.getdata()) < 100
+        again = tmp_path / "again.png"  # show's old spelling, kept: --dir, --source and --out
+        old = ["show", "lease", "--page", "1", "--dir", str(tmp_path / "out"), "--source", str(pdf)]
+        assert cli.main([*old, "--out", str(again)]) == 0
+        with Image.open(again) as drawn_again:
+            assert drawn_again.tobytes() == drawn.tobytes()
     blank = show.draw(doc)  # without the page: the blocks on white, with their text
     assert blank.size == (doc.width, doc.height)
 
 
-def test_show_says_when_a_page_has_no_blocks(tmp_path, capsys) -> None:
+def test_show_says_when_there_is_no_job_or_no_blocks(tmp_path, capsys) -> None:
     args = ["show", "nothing", "--page", "3", "--dir", str(tmp_path)]
-    assert cli.main(args) == 1
-    assert "no blocks for page 3" in capsys.readouterr().out
+    assert cli.main(args) == 2
+    assert "RESULTS: " in capsys.readouterr().err
 
 
 def test_a_real_qwen3_vl_layout_answer_is_stored_as_blocks_and_figures(

@@ -283,7 +283,9 @@ def test_a_large_job_is_cut_to_the_size_asked_for_saying_what_is_left_out(job: J
     proc = review(*args, "--pages", "1", cwd=job.folder.parent)
     assert "1 of 3 pages shown (0 needing attention)" in proc.stdout
     proc = review(*args, "--pages", "9", cwd=job.folder.parent)
-    assert proc.returncode == 1 and "the job has no such page (it has 1-3)" in proc.stderr
+    assert (
+        proc.returncode == 2 and "--pages: 9: the job has no such page (it has 1-3)" in proc.stderr
+    )
     # Without the document the worker does not keep, the blocks are drawn on a blank sheet.
     proc = review(str(job.folder), "-o", str(out), cwd=job.folder.parent)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -316,6 +318,51 @@ def test_an_images_job_finds_each_picture_by_the_name_the_job_gave_it(tmp_path: 
             assert abs(picture.width / picture.height - width / height) < 0.02, number
 
 
+def picture_of(html: str, page: int) -> tuple[str | None, str]:
+    """Page `page`'s picture (its base64 JPEG) in a review page, or None, and what it says."""
+    start = html.index(f'id="page-{page}"')
+    article = html[start : html.index("</article>", start)]
+    data = re.search(r'src="data:image/jpeg;base64,([^"]+)"', article)
+    return (data.group(1) if data else None), article
+
+
+def test_a_picture_lands_on_the_page_the_job_read_it_for_never_by_its_place(
+    tmp_path: Path, run
+) -> None:
+    folder = tmp_path / "scans"
+    folder.mkdir()
+    third = page_image(["The third image, the only one the worker could read."])
+    (folder / "c.png").write_bytes(png_bytes(third))  # the folder's one picture
+    unreadable = b64(b"these bytes are no image")
+    named = [
+        {"base64": unreadable, "name": "a.png"},
+        {"base64": unreadable, "name": "b.png"},
+        {"base64": b64(png_bytes(third)), "name": "c.png"},
+    ]
+    result = run({"images": named, "output_prefix": "three"})
+    assert [p.status for p in result.pages] == ["failed", "failed", "ok"], result.pages
+    proc = review("out/three", "--images", str(folder), "-o", "three.html", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    html = (tmp_path / "three.html").read_text(encoding="utf-8")
+    (first, said_1), (second, said_2), (picture, _) = (picture_of(html, n) for n in (1, 2, 3))
+    assert first is None and second is None and picture is not None
+    with Image.open(io.BytesIO(base64.b64decode(picture))) as shown:
+        assert abs(shown.width / shown.height - third.width / third.height) < 0.02
+    assert f"no picture: {folder} has no a.png, the file the job read as page 1" in said_1
+    assert "has no b.png" in said_2
+    # The same images sent without names: nothing tells which is which, so no page gets the
+    # folder's picture, and each page says why.
+    unnamed = [{"base64": source["base64"]} for source in named]
+    result = run({"images": unnamed, "output_prefix": "unnamed"}, "job-2")
+    assert [p.source for p in result.pages] == ["base64"] * 3
+    proc = review("out/unnamed", "--images", str(folder), "-o", "unnamed.html", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    html = (tmp_path / "unnamed.html").read_text(encoding="utf-8")
+    assert "<img" not in html
+    for n in (1, 2, 3):
+        assert f"the job recorded no file name for page {n}" in picture_of(html, n)[1]
+
+
 @pytest.fixture(scope="module")
 def s3() -> Iterator[LoopbackS3]:
     server = LoopbackS3()
@@ -340,7 +387,7 @@ def test_a_job_in_the_bucket_is_reviewed_with_its_input_from_the_bucket(
     html = (tmp_path / "bucket.html").read_text(encoding="utf-8")
     assert html.count('<img src="data:image/jpeg;base64,') == 2
     proc = review("l/none", "-o", "x.html", cwd=tmp_path, **env)
-    assert proc.returncode == 1 and f"no job manifest at s3://{bucket}/ocr/l/none/" in proc.stderr
+    assert proc.returncode == 2 and f"no job manifest at s3://{bucket}/ocr/l/none/" in proc.stderr
 
 
 def test_the_readings_words_that_differ_are_marked() -> None:

@@ -4,7 +4,9 @@ builder is tested."""
 
 from __future__ import annotations
 
+import json
 import shlex
+from pathlib import Path
 
 import pytest
 
@@ -117,3 +119,64 @@ def test_start_modes_in_the_serve_line(capsys, monkeypatch, family: str) -> None
     monkeypatch.setenv("ENFORCE_EAGER", "true")
     eager = serve_lines(capsys, family, "--gpus", "1")["engine"]
     assert "--enforce-eager" in eager and "--compilation-config" not in eager
+
+
+def plan_json(capsys, config: Path, *args: str) -> dict:
+    assert cli.main(["plan", str(config), *args, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_a_model_that_does_not_fit_is_refused_saying_what_would(capsys) -> None:
+    config = ROOT / "examples/qwen3-vl-32b-instruct.config.json"  # BF16: 66 GB of weights
+    assert plan_json(capsys, config, "--gpu-memory", "48")["pages_at_once"] == 0
+    assert cli.main(["plan", str(config), "--serve-line", "--gpu-memory", "48"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1, err  # one line, and no line that cannot run
+    assert err.startswith("vlm-ocr plan: --serve-line: Qwen/Qwen3-VL-32B-Instruct does not fit")
+    assert "its weights take 66.3 GB a GPU" in err
+    # what would fit, each of which the command then takes
+    said = ["a GPU of 80 GB", "--tensor-parallel-size 2", "an FP8 checkpoint of it"]
+    assert all(s in err for s in said), err
+    assert cli.main(["plan", str(config), "--serve-line", "--gpu-memory", "80"]) == 0
+    two = ["--gpu-memory", "48", "--gpus", "2", "--tensor-parallel-size", "2"]
+    assert cli.main(["plan", str(config), "--serve-line", *two]) == 0
+    fp8 = ROOT / "examples/qwen3-vl-32b-instruct-fp8.config.json"
+    assert cli.main(["plan", str(fp8), "--serve-line", "--gpu-memory", "48"]) == 0
+
+
+def seqs_note(capsys, *args: str) -> tuple[str, dict[str, list[str]]]:
+    config = ROOT / f"examples/{CONFIGS['qwen-vl']}.config.json"
+    assert cli.main(["plan", str(config), "--serve-line", *args]) == 0
+    out = capsys.readouterr().out
+    note = next(line for line in out.splitlines() if line.startswith("# --max-num-seqs"))
+    lines = [shlex.split(line) for line in out.splitlines() if line and not line.startswith("#")]
+    return note, {("engine" if "--headless" in argv else "server"): argv for argv in lines}
+
+
+def test_the_lines_numbers_agree_with_the_plan_or_it_says_why(capsys, monkeypatch) -> None:
+    config = ROOT / f"examples/{CONFIGS['qwen-vl']}.config.json"
+    planned = plan_json(capsys, config, "--gpu-memory", "141")
+    pages, tokens = planned["pages_at_once"], planned["page_tokens"]
+    note, argvs = seqs_note(capsys, "--gpu-memory", "141")
+    seqs = int(flag(argvs["server"], "--max-num-seqs") or 0)
+    assert seqs > pages  # 256 sequences by the H200's memory, 135 pages at the full size
+    assert note.startswith(f"# --max-num-seqs {seqs} (MAX_NUM_SEQS=0: by the GPU's memory)")
+    assert f"the KV cache holds {pages:,} pages at once at the full page size ({tokens:,}" in note
+    assert "the rest wait" in note
+    # Fewer sequences than pages: the note says how many more would run.
+    monkeypatch.setenv("MAX_NUM_SEQS", "64")
+    note, argvs = seqs_note(capsys, "--gpu-memory", "141")
+    assert flag(argvs["server"], "--max-num-seqs") == "64"
+    assert f"would hold {pages:,} pages at once" in note and f"MAX_NUM_SEQS up to {pages}" in note
+    monkeypatch.setenv("MAX_NUM_SEQS", str(pages))
+    note, _ = seqs_note(capsys, "--gpu-memory", "141")
+    assert note.endswith(
+        f"holds {pages:,} pages at once at the full page size ({tokens:,} tokens: "
+        "image, prompt and answer cap)"
+    )
+    # A flag of the plan is a setting of the line: both read the same context.
+    monkeypatch.delenv("MAX_NUM_SEQS")
+    shorter = plan_json(capsys, config, "--gpu-memory", "141", "--max-model-len", "4096")
+    note, argvs = seqs_note(capsys, "--gpu-memory", "141", "--max-model-len", "4096")
+    assert flag(argvs["server"], "--max-model-len") == "4096" == str(shorter["page_tokens"])
+    assert f"holds {shorter['pages_at_once']:,} pages at once" in note

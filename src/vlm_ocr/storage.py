@@ -1,13 +1,9 @@
 """Where results go: a local folder, or an S3 bucket (Cloudflare R2) — one interface for both.
 
 Key layout, relative to the store's root (the output folder, or `BUCKET_PREFIX/` in a bucket):
-
-    <prefix>/page-0001.md                one object per page (1-based page number, 4+ digits)
-    <prefix>/failed/page-0003.partial.md best partial text of a page that failed, if any
-    <prefix>/manifest.json               the job manifest
-
-`<prefix>` is the job's `output_prefix`, or its RunPod job id. Reported keys are the real object
-keys (in a bucket they start with `BUCKET_PREFIX/`).
+`JobKeys` names every object of a job (docs/job.md lists them, and a test holds that list to
+this class). `<prefix>` is the job's `output_prefix`, or its RunPod job id. Reported keys are
+the real object keys (in a bucket they start with `BUCKET_PREFIX/`).
 
 A page object carries a `PageRecord` (its image hash and engine fingerprint): a re-run reuses the
 stored text only when both match. Reading a job's inputs from the bucket is a separate, smaller
@@ -193,6 +189,8 @@ class LocalStore:
     async def read_text(self, key: str) -> str:
         try:
             return self._path(key).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ObjectMissing(f"no {key} under {self.root}") from None
         except OSError as exc:
             raise StorageError(f"cannot read {key} under {self.root}: {exc}") from None
 

@@ -32,16 +32,29 @@ from vlm_ocr_lab.standins import local_endpoint
 ROOT = Path(__file__).resolve().parents[2]
 # Small pages keep the CPU engine quick; text at this budget still reads cleanly.
 TEST_PIXELS = 700_000
+# The product's time limits a test does not test, set far past what a busy machine takes (a
+# test waits for its event, never on a budget of the product's): a page's render and the CPU
+# engine's readings (second opinion, orientation, layout) and the searchable PDF's pages under
+# RENDER_TIMEOUT_S, a URL's download, the bucket's connections and reads. A test of a limit
+# names its own value.
+SPARE_LIMITS: dict[str, float] = {
+    "render_timeout_s": 1800.0,
+    "download_timeout_s": 900.0,
+    "bucket_connect_timeout_s": 300.0,
+    "bucket_read_timeout_s": 900.0,
+}
+# The same, for a worker process a test starts.
+SPARE_LIMITS_ENV = {name.upper(): f"{value:g}" for name, value in SPARE_LIMITS.items()}
 
-__all__ = ["ROOT", "TEST_PIXELS", "free_port", "wait_for_http"]
+__all__ = ["ROOT", "SPARE_LIMITS_ENV", "TEST_PIXELS", "free_port", "wait_for_http"]
 wait_for_http = local_endpoint.wait_for_http
 
 
 def make_settings(tmp_path: Path | None = None, **values: Any) -> Settings:
     """Settings from nothing but these values (the environment is never read): results in
-    `tmp_path/out`, small pages, and orientation off except where a test is about it (it costs
-    a second of CPU per scanned page and processes of its own)."""
-    base: dict[str, Any] = {"max_pixels": TEST_PIXELS, "auto_rotate": False}
+    `tmp_path/out`, small pages, the spare time limits, and orientation off except where a
+    test is about it (it costs a second of CPU per scanned page and processes of its own)."""
+    base: dict[str, Any] = {"max_pixels": TEST_PIXELS, "auto_rotate": False} | SPARE_LIMITS
     if tmp_path is not None:
         base["output_dir"] = tmp_path / "out"
     return Settings(**(base | values))
@@ -111,9 +124,11 @@ def run_sixteen_jobs(
 
 def handler_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     """The environment of a worker process: no setting of the developer's shell, results in
-    `tmp_path/out`, the SDK quiet, plus `extra`."""
+    `tmp_path/out`, the SDK quiet, the spare time limits, plus `extra`."""
     return local_endpoint.worker_environ(
-        **{"OUTPUT_DIR": str(tmp_path / "out"), "RUNPOD_LOG_LEVEL": "ERROR"} | extra
+        **SPARE_LIMITS_ENV
+        | {"OUTPUT_DIR": str(tmp_path / "out"), "RUNPOD_LOG_LEVEL": "ERROR"}
+        | extra
     )
 
 

@@ -4,11 +4,16 @@ what its script did and take a screenshot."""
 
 from __future__ import annotations
 
+import atexit
 import base64
+import contextlib
 import io
 import json
+import os
 import shutil
+import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -67,12 +72,17 @@ class Browser:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=(home / "browser.log").open("wb"),
+            # its own process group, so its helpers (zygotes, renderer, GPU and network
+            # processes) end with it
+            start_new_session=True,
         )
+        self.watchdog = watchdog(self.proc.pid)
+        atexit.register(self.kill)  # an interrupted run, whose teardown did not come
         try:
             port, path = self._endpoint(profile / "DevToolsActivePort", home / "browser.log")
             self.ws = connect(f"ws://127.0.0.1:{port}{path}", max_size=None, open_timeout=START_S)
         except BaseException:
-            self.proc.kill()
+            self.kill()
             raise
         self._id = 0
         self.events: list[dict[str, Any]] = []
@@ -164,12 +174,46 @@ class Browser:
         return out
 
     def close(self) -> None:
+        """Close the connection and end the browser and every process it started."""
         try:
             self.ws.close()
         finally:
-            self.proc.terminate()
+            self.kill()
+
+    def kill(self) -> None:
+        """End the browser's process group: SIGTERM, then SIGKILL for what is left."""
+        atexit.unregister(self.kill)
+        self.watchdog.kill()
+        self.watchdog.wait()
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, sig)
             try:
                 self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+                continue
+            if sig == signal.SIGTERM:  # its helpers may outlive it by a moment: end them too
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+            return
+
+
+# Waits for the end of its stdin, which only this test process holds open: when the process
+# ends, however it ends (SIGKILL too, where no teardown and no atexit runs), the pipe closes
+# and the browser's process group is killed.
+WATCH = """import os, signal, sys
+sys.stdin.buffer.read()
+try:
+    os.killpg(int(sys.argv[1]), signal.SIGKILL)
+except ProcessLookupError:
+    pass
+"""
+
+
+def watchdog(group: int) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-c", WATCH, str(group)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,  # a signal to the test's own group does not end it first
+    )

@@ -3,11 +3,13 @@
 vlm-ocr run FILE... [--out DIR]   OCR local PDFs and images, as a job would
 vlm-ocr plan CONFIG.json          GPU memory, and the pages that fit in the KV cache
 vlm-ocr submit FILE.pdf --endpoint ID   a large PDF spread over an endpoint's workers
-vlm-ocr show PREFIX --page N      a page drawn with the blocks found on it
+vlm-ocr show RESULTS --page N     a page drawn with the blocks found on it
 vlm-ocr review RESULTS -o FILE    one HTML page to review a job's pages on
 
 Each command is a module of this package with its own `add_arguments`. The benchmarks and the
-evaluation are the lab's (`vlm-ocr-lab`), not the product's.
+evaluation are the lab's (`vlm-ocr-lab`), not the product's. A user's mistake is said in one
+line with exit status 2 (`usage`); anything else unexpected in one line too, unless
+LOG_LEVEL=DEBUG asks for the traceback.
 """
 
 from __future__ import annotations
@@ -17,15 +19,29 @@ import asyncio
 import logging
 import os
 import sys
+from importlib import metadata
 
 from ..errors import ConfigError
 from ..settings import Settings
 from . import plan, review, run, show, submit
+from .usage import USAGE_STATUS, Parser, UsageError, say
+
+DISTRIBUTION = "runpod-vlm-ocr"
+
+
+def version() -> str:
+    try:
+        return metadata.version(DISTRIBUTION)
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="vlm-ocr", description=__doc__.splitlines()[0])
-    sub = p.add_subparsers(dest="command", required=True)
+    p = Parser(prog="vlm-ocr", description=__doc__.splitlines()[0])
+    p.add_argument(
+        "--version", action="version", version=f"%(prog)s {version()}", help="print the version"
+    )
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     run.add_arguments(
         sub.add_parser("run", help="OCR local PDFs and images through the worker pipeline")
     )
@@ -44,11 +60,31 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    command = f"vlm-ocr {args.command}"
     try:
         settings = Settings.from_env(os.environ)
     except ConfigError as exc:
         print(f"vlm-ocr: the settings cannot work: {exc}", file=sys.stderr)
-        return 2
+        return USAGE_STATUS
+    try:
+        return dispatch(args, settings)
+    except UsageError as exc:
+        return say(command, exc)
+    except ConfigError as exc:
+        print(f"{command}: the settings cannot work: {exc}", file=sys.stderr)
+        return USAGE_STATUS
+    except Exception as exc:  # the backstop: a known mistake has its own message above
+        if settings.job.log_level == "DEBUG":
+            raise
+        print(
+            f"{command}: failed unexpectedly ({type(exc).__name__}: {exc}); run with "
+            "LOG_LEVEL=DEBUG for the traceback",
+            file=sys.stderr,
+        )
+        return 1
+
+
+def dispatch(args: argparse.Namespace, settings: Settings) -> int:
     if args.command == "plan":  # arithmetic on a config: no logging
         return plan.plan_main(args, settings)
     logging.basicConfig(

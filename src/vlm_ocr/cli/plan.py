@@ -15,17 +15,20 @@ All the arithmetic is shown, so a user can check it by hand:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
-import shlex
 import sys
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..engines.families import FAMILIES, detect
+from pydantic import ValidationError
+
+from ..engines.families import FAMILIES, Family, detect
 from ..engines.families.qwen import smart_resize
-from ..settings import MIN_PIXELS, RenderSettings, Settings
+from ..settings import MIN_PIXELS, Settings
+from . import usage
 
 GB = 1e9
 DTYPE_BYTES = {
@@ -267,71 +270,229 @@ def plan(
     )
 
 
+CONFIG_ACCEPTED = (
+    "a model's config.json (from its Hugging Face repository), e.g. "
+    "examples/chandra-ocr-2.config.json"
+)
+SHAPE_KEYS = ("num_hidden_layers", "num_attention_heads")
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """The model's config.json, or UsageError naming CONFIG: no file, a folder, not JSON, or
+    JSON without the shapes a model's config has."""
+    cfg = usage.json_object(path, "CONFIG", CONFIG_ACCEPTED)
+    text = _text_config(cfg)
+    if not isinstance(text, dict):
+        raise usage.UsageError(
+            "CONFIG", f"{path}: its text_config is not an object; accepted: {CONFIG_ACCEPTED}"
+        )
+    missing = [k for k in SHAPE_KEYS if k not in text]
+    if missing:
+        raise usage.UsageError(
+            "CONFIG",
+            f"{path} is not a model's config: it has no {' or '.join(missing)} (at its top "
+            f"level, or under text_config or llm_config); accepted: {CONFIG_ACCEPTED}",
+        )
+    try:
+        read_shape(cfg)
+    except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
+        raise usage.UsageError(
+            "CONFIG", f"{path}: its shapes cannot be read ({exc!r}); accepted: {CONFIG_ACCEPTED}"
+        ) from None
+    return cfg
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "config", type=Path, help="the model's config.json (its folder's safetensors are sized)"
+        "config",
+        type=Path,
+        metavar="CONFIG",
+        help=f"{CONFIG_ACCEPTED}; the safetensors files beside it, if any, give the weights' size",
     )
     p.add_argument(
         "--gpu-memory",
-        type=float,
+        type=usage.positive(float),
         nargs="+",
         default=None,
+        metavar="GB",
         help="GPU memory in GB (several values: a table); default 24 48 80 141",
     )
-    p.add_argument("--kv-cache-dtype", default="fp8", choices=sorted(DTYPE_BYTES))
+    p.add_argument(
+        "--kv-cache-dtype",
+        choices=sorted(DTYPE_BYTES),
+        help="the KV cache's element type (default: KV_CACHE_DTYPE, else fp8 on a GPU of "
+        "--capability 8.9 or newer)",
+    )
     p.add_argument(
         "--family",
         choices=sorted(FAMILIES),
-        help="the model's family (default: told from the config and its file name, as the "
-        "worker tells it); it sizes the page and sets the answer and context lengths",
+        help="the model's family (default: MODEL_FAMILY, else told from the config and its "
+        "file name, as the worker tells it); it sizes the page and sets the answer and context "
+        "lengths",
     )
     p.add_argument(
         "--page-size",
+        type=page_size,
+        metavar="WxH",
         help="page image WxH in pixels (default: an A4 page rendered as the family renders it)",
     )
     p.add_argument(
         "--max-pixels",
-        type=int,
-        default=RenderSettings.model_fields["max_pixels"].default,
-        help="page pixel budget of the chat families (default: MAX_PIXELS's default)",
+        type=usage.positive(int),
+        help="page pixel budget of the chat families (default: MAX_PIXELS)",
     )
     p.add_argument(
-        "--max-tokens", type=int, help="output token cap per page (default: the family's)"
+        "--max-tokens",
+        type=usage.positive(int),
+        help="output token cap per page (default: MAX_TOKENS, else the family's)",
     )
-    p.add_argument("--max-model-len", type=int, help="context (default: the family's)")
-    p.add_argument("--gpu-memory-utilization", type=float, default=0.90)
-    p.add_argument("--tensor-parallel-size", type=int, default=1)
+    p.add_argument(
+        "--max-model-len",
+        type=usage.positive(int),
+        help="context, prompt and answer (default: MAX_MODEL_LEN, else the family's)",
+    )
+    p.add_argument(
+        "--gpu-memory-utilization",
+        type=usage.fraction,
+        help="the share of GPU memory vLLM may take (default: GPU_MEMORY_UTILIZATION, 0.9)",
+    )
+    p.add_argument(
+        "--tensor-parallel-size",
+        type=usage.positive(int),
+        help="GPUs one replica is split over (default: TENSOR_PARALLEL_SIZE, 1)",
+    )
     p.add_argument(
         "--gpus",
-        type=int,
+        type=usage.positive(int),
         help="GPUs one worker has: print each layout of replicas (data parallel) × GPUs per "
         "replica (tensor parallel) that fits, on the first --gpu-memory size (default 141)",
     )
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    serve_line_arguments(p)
+
+
+def serve_line_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--serve-line",
         action="store_true",
         help="print the exact `vllm serve` command line(s) the worker would run for this model "
         "on a host of --gpus GPUs of --gpu-memory GB and --cpus CPUs, with the settings of the "
-        "environment (START_MODE, API_SERVER_COUNT, ...), to hold against its makers' line",
+        "environment (START_MODE, API_SERVER_COUNT, ...) and the flags above, to hold against "
+        "its makers' line; a model that does not fit is refused, saying what would",
     )
     p.add_argument(
-        "--cpus", type=int, default=16, help="--serve-line: the host's CPUs (default 16)"
+        "--cpus",
+        type=usage.positive(int),
+        default=16,
+        help="--serve-line: the host's CPUs (default 16)",
     )
     p.add_argument(
         "--capability",
-        type=float,
+        type=usage.positive(float),
         default=9.0,
-        help="--serve-line: the GPUs' compute capability (default 9.0, Hopper)",
+        help="the GPUs' compute capability (default 9.0, Hopper): below 8.9 the KV cache is "
+        "not fp8 by default",
     )
     p.add_argument(
         "--model",
-        help="--serve-line: the model the line serves (default: the config's `_name_or_path`, "
-        "its folder when the file is a model's own config.json, else MODEL_NAME)",
+        help="the model the line serves and whose name tells its family (default: the config's "
+        "`_name_or_path`, its folder when the file is a model's own config.json, else "
+        "MODEL_NAME)",
     )
 
 
+def page_size(text: str) -> tuple[int, int]:
+    """`--page-size WxH`, as argparse's type: two whole numbers of pixels."""
+    try:
+        w, h = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not WIDTHxHEIGHT in pixels; accepted: e.g. 911x1288"
+        ) from None
+    if w < 1 or h < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: both sides must be at least 1 pixel")
+    return w, h
+
+
 A4_POINTS = (595, 842)
+# The flags that stand for a setting: the plan and the serve line both read the settings.
+SETTING_OF_FLAG = {
+    "max_pixels": "max_pixels",
+    "max_tokens": "max_tokens",
+    "max_model_len": "max_model_len",
+    "gpu_memory_utilization": "gpu_memory_utilization",
+    "tensor_parallel_size": "tensor_parallel_size",
+    "kv_cache_dtype": "kv_cache_dtype",
+    "family": "model_family",
+}
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """What a plan is computed from: the config, the model's family, the page, and the settings
+    of the environment with the flags laid over them (the worker's own, so the plan and the
+    serve line agree)."""
+
+    cfg: dict[str, Any]
+    model_dir: Path | None
+    model: str
+    family: Family
+    page_size: tuple[int, int]
+    settings: Settings
+    kv_cache_dtype: str
+
+    def plan(self, gpu_memory_gb: float, tensor_parallel_size: int | None = None) -> Plan:
+        s, family = self.settings, self.family
+        prompt = family.prompt.text if family.prompt else ""
+        return plan(
+            self.cfg,
+            model_dir=self.model_dir,
+            gpu_memory_gb=gpu_memory_gb,
+            kv_cache_dtype=self.kv_cache_dtype,
+            page_size=self.page_size,
+            max_pixels=family.budget(s.render.max_pixels).max_pixels,
+            max_tokens=s.vlm.max_tokens or family.sampling.max_tokens,
+            max_model_len=s.vllm.max_model_len or family.max_model_len,
+            gpu_memory_utilization=s.vllm.gpu_memory_utilization,
+            tensor_parallel_size=tensor_parallel_size or s.vllm.tensor_parallel_size,
+            # the chat template and the family's own prompt (about 3 characters a token)
+            prompt_tokens=30 + len(prompt) // 3 if family.prompt else PROMPT_TOKENS,
+            patch=family.patch,
+        )
+
+    def with_config(self, cfg: dict[str, Any]) -> Sizing:
+        """The same model with other weights (no files to size them by)."""
+        return dataclasses.replace(self, cfg=cfg, model_dir=None)
+
+
+def sizing(args: argparse.Namespace, settings: Settings) -> Sizing:
+    from ..engines.vllm.argv import kv_cache_dtype
+
+    cfg = read_config(args.config)
+    model = model_of(args, cfg, settings)
+    given = {SETTING_OF_FLAG[k]: v for k, v in vars(args).items() if k in SETTING_OF_FLAG}
+    try:
+        settings = settings.with_(model_name=model, **{k: v for k, v in given.items() if v})
+    except ValidationError as exc:  # a flag's value the settings refuse, as they would its own
+        first = exc.errors()[0]
+        name = str(first["loc"][-1]) if first["loc"] else "a flag"
+        flag = next((k for k, v in SETTING_OF_FLAG.items() if v == name), name)
+        raise usage.UsageError(
+            f"--{flag.replace('_', '-')}", f"{first['input']!r}: {first['msg']}"
+        ) from None
+    family = detect(
+        cfg, model, settings.model.model_family, max_pixels=settings.render.max_pixels
+    ).family
+    dtype = kv_cache_dtype(settings.vllm, args.capability)
+    if dtype not in DTYPE_BYTES:
+        raise usage.UsageError(
+            "KV_CACHE_DTYPE",
+            f"{dtype!r} cannot be sized here; accepted: {', '.join(sorted(DTYPE_BYTES))}",
+        )
+    budget = family.budget(settings.render.max_pixels)
+    size = args.page_size or budget.size_for(*A4_POINTS, pdf=True)
+    folder = args.config.parent
+    return Sizing(cfg, folder, model, family, size, settings, dtype)
 
 
 @dataclass(frozen=True)
@@ -423,70 +584,22 @@ def model_of(args: argparse.Namespace, cfg: dict[str, Any], settings: Settings) 
     return settings.model.model_name
 
 
-def serve_lines(args: argparse.Namespace, settings: Settings) -> list[str]:
-    """The `vllm serve` line of each process the worker would start for this model on a host
-    of the given GPUs and CPUs (ports as the worker would pick them: here fixed)."""
-    from ..engines.gpu import Gpu, GpuFacts
-    from ..engines.vllm.argv import ServeSpec, launch_argvs
-
-    cfg = json.loads(args.config.read_text())
-    model = model_of(args, cfg, settings)
-    settings = settings.with_(model_name=model)
-    family = detect(
-        cfg,
-        model,
-        args.family or settings.model.model_family,
-        max_pixels=settings.render.max_pixels,
-    ).family
-    per_gpu = (args.gpu_memory or [141])[0]
-    gpu = Gpu(f"a GPU of {per_gpu:g} GB", round(per_gpu * GB / 2**20), args.capability)
-    spec = ServeSpec.resolve(settings, GpuFacts((gpu,) * (args.gpus or 1)), family, cpus=args.cpus)
-    argvs = launch_argvs(spec, port=8000, rpc_port=8100)
-    return [f"# {ROLES[role]}\n{shlex.join(argv)}" for role, argv in argvs.items()]
-
-
-ROLES = {
-    "server": "the API server(s): HTTP, and the page images decoded and preprocessed",
-    "engine": "the engine launcher, started at the same moment: the engine core of each replica",
-}
-
-
 def plan_main(args: argparse.Namespace, settings: Settings | None = None) -> int:
+    from .serve_line import serve_line_main
+
+    sized = sizing(args, settings or Settings())
     if args.serve_line:
-        print("\n".join(serve_lines(args, settings or Settings())))
-        return 0
-    cfg = json.loads(args.config.read_text())
-    family = detect(cfg, str(args.config), args.family, max_pixels=args.max_pixels).family
-    budget = family.budget(args.max_pixels)
-    if args.page_size:
-        w, h = (int(v) for v in args.page_size.lower().split("x"))
-    else:
-        w, h = budget.size_for(*A4_POINTS, pdf=True)
-    prompt = family.prompt.text if family.prompt else ""
+        return serve_line_main(args, sized)
     sizes = args.gpu_memory or [24, 48, 80, 141]
-
-    def one(gpu_memory: float, tensor_parallel_size: int) -> Plan:
-        return plan(
-            cfg,
-            model_dir=args.config.parent,
-            gpu_memory_gb=gpu_memory,
-            kv_cache_dtype=args.kv_cache_dtype,
-            page_size=(w, h),
-            max_pixels=budget.max_pixels,
-            max_tokens=args.max_tokens or family.sampling.max_tokens,
-            max_model_len=args.max_model_len or family.max_model_len,
-            gpu_memory_utilization=args.gpu_memory_utilization,
-            tensor_parallel_size=tensor_parallel_size,
-            # the chat template and the family's own prompt (about 3 characters a token)
-            prompt_tokens=30 + len(prompt) // 3 if family.prompt else PROMPT_TOKENS,
-            patch=family.patch,
-        )
-
-    plans = [one(g, args.tensor_parallel_size) for g in sizes]
-    print(f"family: {family.name} ({family.title}); page {w}×{h} px", file=sys.stderr)
+    try:
+        plans = [sized.plan(g) for g in sizes]
+    except ValueError as exc:  # weights that cannot be sized
+        raise usage.UsageError("CONFIG", f"{args.config}: {exc}") from None
+    w, h = sized.page_size
+    print(f"family: {sized.family.name} ({sized.family.title}); page {w}×{h} px", file=sys.stderr)
     if args.gpus:
-        per_gpu = (args.gpu_memory or [141])[0]
-        found = layouts(lambda tp: one(per_gpu, tp), args.gpus)
+        per_gpu = sizes[0] if args.gpu_memory else 141
+        found = layouts(lambda tp: sized.plan(per_gpu, tp), args.gpus)
         if args.json:
             print(json.dumps([asdict(x) for x in found], indent=2))
         else:
@@ -500,10 +613,15 @@ def plan_main(args: argparse.Namespace, settings: Settings | None = None) -> int
     if len(plans) == 1:
         print("\n".join(plans[0].arithmetic + [f"note: {n}" for n in plans[0].notes]))
         return 0
+    print_table(plans, sized.kv_cache_dtype)
+    return 0
+
+
+def print_table(plans: list[Plan], kv_cache_dtype: str) -> None:
     first = plans[0]
     print(
         f"weights {first.weights_gb:.1f} GB; "
-        f"KV {first.kv_bytes_per_token:,} B/token ({args.kv_cache_dtype}); "
+        f"KV {first.kv_bytes_per_token:,} B/token ({kv_cache_dtype}); "
         f"{first.image_tokens:,} image tokens, {first.page_tokens:,} tokens per page"
     )
     print(f"{'GPU GB':>8}{'KV budget GB':>14}{'pages at once':>15}")
@@ -511,4 +629,3 @@ def plan_main(args: argparse.Namespace, settings: Settings | None = None) -> int
         print(f"{p.gpu_memory_gb:>8g}{p.kv_budget_gb:>14.1f}{p.pages_at_once:>15,}")
     for n in first.notes:
         print(f"note: {n}")
-    return 0

@@ -19,16 +19,18 @@ from pathlib import Path
 from typing import Any
 
 from ..contract import JobResult
-from ..prompts import PRESETS
 from ..settings import Settings
 from .local_files import LocalFile, check_file, check_options, file_kind, in_our_words
 from .progress import PageProgress
+from .usage import prompt_help
 
 PROGRESS_EVERY_S = 30.0  # a line this often when stderr is not a terminal
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("files", nargs="+", type=Path, help="PDF and image files, each run as one job")
+    p.add_argument(
+        "files", nargs="+", type=Path, metavar="FILE", help="PDFs and images, each read as one job"
+    )
     p.add_argument(
         "--out",
         type=Path,
@@ -36,10 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "the settings select: the bucket if configured, else OUTPUT_DIR)",
     )
     p.add_argument("--pages", help='page selection for PDFs, e.g. "1-3,7" or "5-"')
-    p.add_argument(
-        "--prompt",
-        help=f"prompt preset: {', '.join(sorted(PRESETS))} (default: DEFAULT_PROMPT)",
-    )
+    p.add_argument("--prompt", help=prompt_help("the pages are read with"))
     p.add_argument("--max-pixels", type=int, help="page pixel budget (width × height)")
     p.add_argument(
         "--headers-footers",

@@ -1,26 +1,30 @@
-"""`vlm-ocr show PREFIX --page N`: a page drawn with the blocks the worker found on it (boxes
-coloured by kind, reading-order numbers), to see what the model saw.
+"""`vlm-ocr show RESULTS --page N [--pdf FILE | --images DIR] [-o FILE]`: a page drawn with the
+blocks the worker found on it (boxes coloured by kind, reading-order numbers), to see what the
+model saw.
 
-The blocks come from the page's `page-NNNN.json` in the store the settings select (or the folder
-`--dir` names). The page itself is not stored: `--source` gives the PDF or image it came from,
-drawn at the size the blocks were found at; without it the blocks are drawn on a blank page with
-the start of their text, which still shows the layout.
+RESULTS, `--pdf` and `--images` are `vlm-ocr review`'s: the job's folder or its prefix in the
+store, and the document it read, its page found by what the job recorded (`pictures`). The page
+itself is not stored: without its document the blocks are drawn on a blank page with the start
+of their text, in a font that has the text's characters (`fonts`), which still shows the layout.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
+import functools
+import itertools
+import sys
 from pathlib import Path
 
-import pymupdf
-from PIL import Image, ImageDraw, ImageFont, ImageOps
+from PIL import Image, ImageDraw, ImageFont
 
 from ..blocks import PageBlocks
-from ..errors import StorageError
+from ..contract import format_ranges
 from ..settings import Settings
-from ..storage import JobKeys
+from . import fonts, pictures, results
+from .results import Results, ResultsError
+from .usage import UsageError, positive
 
 COLOURS = {
     "text": (66, 133, 244),
@@ -40,65 +44,65 @@ COLOURS = {
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("prefix", help="the job's output prefix (its folder in the store)")
-    parser.add_argument("--page", type=int, required=True, help="1-based page number")
-    parser.add_argument("--source", type=Path, help="the PDF or image the page came from")
-    parser.add_argument("--dir", type=Path, help="a local results folder (default: the store)")
-    parser.add_argument("--out", type=Path, help="the PNG to write (default page-NNNN-blocks.png)")
+    results.add_arguments(parser)
+    parser.add_argument(
+        "--page", type=positive(int), required=True, metavar="N", help="the page, 1-based"
+    )
+    pictures.add_arguments(parser)
+    parser.add_argument(
+        "-o",
+        "--out",
+        type=Path,
+        metavar="FILE",
+        help="the PNG to write (default: page-NNNN-blocks.png)",
+    )
 
 
 async def show_main(settings: Settings, args: argparse.Namespace) -> int:
-    from ..pipeline.assemble import make_store
-
-    store, _ = make_store(settings, args.dir)
-    key = JobKeys(store.key_prefix + args.prefix.rstrip("/")).blocks(args.page)
-    try:
-        doc = PageBlocks.model_validate(json.loads(await store.read_text(key)))
-    except (StorageError, ValueError) as exc:
-        print(f"vlm-ocr show: no blocks for page {args.page} at {store.uri(key)} ({exc})")
-        return 1
-    page = page_image(doc, args.source) if args.source else None
+    pictures.given(args)  # a mistake in them is said before anything is read
     out = args.out or Path(f"page-{args.page:04d}-blocks.png")
-    draw(doc, page).save(out)
-    print(f"{out}: {len(doc.blocks)} blocks ({doc.source})")
+    if out.is_dir():
+        raise UsageError("--out", f"{out} is a folder; accepted: the PNG file to write")
+    store, inputs = results.stores(settings)
+    found_results = Results.at(args.results, store, args.dir)
+    try:
+        job = await found_results.job()
+    except ResultsError as exc:
+        print(f"vlm-ocr show: {exc}", file=sys.stderr)
+        return 1
+    report = next((p for p in job.pages if p.page == args.page), None)
+    if report is None:
+        have = format_ranges([p.page for p in job.pages]) or "none"
+        raise UsageError("--page", f"the job has no page {args.page} (it has {have})")
+    view = await found_results.page(report)
+    if view.blocks is None:
+        why = "; ".join(view.problems) or f"the page is {report.status} and has no blocks file"
+        print(f"vlm-ocr show: no blocks for page {args.page} ({why})", file=sys.stderr)
+        return 1
+    with pictures.scratch() as tmp:
+        max_bytes = settings.fetch.max_download_bytes
+        found = await pictures.find(args, [report], inputs, Path(tmp), max_bytes)
+        size = (view.blocks.width, view.blocks.height)
+        page, why = found.image(report, size)
+    if why:
+        print(f"vlm-ocr show: page {args.page}: {why}; its blocks are drawn on a blank page")
+    try:
+        draw(view.blocks, page).save(out)
+    except OSError as exc:
+        raise UsageError("--out", f"{out} cannot be written ({exc})") from None
+    print(f"{out}: {len(view.blocks.blocks)} blocks ({view.blocks.source})")
     return 0
-
-
-def page_image(doc: PageBlocks, source: Path) -> Image.Image:
-    """The page as the blocks were found on it: drawn at their size, turned as it was read."""
-    return source_page(source, doc.page, (doc.width, doc.height), doc.rotated)
-
-
-def source_page(
-    source: Path, number: int, size: tuple[int, int], rotated: int | None
-) -> Image.Image:
-    """Page `number` of a PDF (an image file is its one page) as the worker read it: turned
-    `rotated` degrees clockwise, at `size` (the read image's, or one of its shape)."""
-    if source.suffix.lower() == ".pdf":
-        with pymupdf.open(source) as pdf:
-            page = pdf[number - 1]
-            sideways = (rotated or 0) % 180
-            width = size[1] if sideways else size[0]
-            zoom = width / page.rect.width
-            pix = page.get_pixmap(matrix=pymupdf.Matrix(zoom, zoom), alpha=False)
-            image = Image.frombytes("RGB", (pix.width, pix.height), pix.samples)
-    else:
-        with Image.open(source) as opened:
-            image = ImageOps.exif_transpose(opened).convert("RGB")
-    if rotated:
-        image = image.rotate(-rotated, expand=True)
-    return image.resize(size)
 
 
 def draw(doc: PageBlocks, page: Image.Image | None = None) -> Image.Image:
     """The blocks over the page (or a blank one): a tinted box per block, its kind and its place
-    in reading order at its corner."""
+    in reading order at its corner; on a blank page, the start of each block's text."""
     base = (page or Image.new("RGB", (doc.width, doc.height), "white")).convert("RGBA")
     layer = Image.new("RGBA", base.size, (0, 0, 0, 0))
     pen = ImageDraw.Draw(layer)
     scale = max(base.width, base.height) / 1500
     label_font = ImageFont.load_default(size=max(12, round(16 * scale)))
-    text_font = ImageFont.load_default(size=max(10, round(12 * scale)))
+    text_size = max(10, round(12 * scale))
     width = max(2, round(3 * scale))
     for n, block in enumerate(doc.blocks, 1):
         if block.box is None:
@@ -108,9 +112,7 @@ def draw(doc: PageBlocks, page: Image.Image | None = None) -> Image.Image:
         pen.rectangle((x0, y0, x1, y1), fill=(*colour, 40), outline=(*colour, 255), width=width)
         if page is None and block.content:
             snippet = " ".join(block.content.split())[:120]
-            pen.text(
-                (x0 + width * 2, y0 + width * 2), snippet, font=text_font, fill=(60, 60, 60, 255)
-            )
+            write(pen, (x0 + width * 2, y0 + width * 2), snippet, text_size)
         tag = f"{n} {block.kind}"
         left, top, right, bottom = pen.textbbox((x0, y0), tag, font=label_font)
         lift = bottom - top + 2 * width
@@ -118,6 +120,36 @@ def draw(doc: PageBlocks, page: Image.Image | None = None) -> Image.Image:
         pen.rectangle((x0, y, x0 + right - left + 2 * width, y + lift), fill=(*colour, 230))
         pen.text((x0 + width, y + width - (top - y0)), tag, font=label_font, fill="white")
     return Image.alpha_composite(base, layer).convert("RGB")
+
+
+def write(pen: ImageDraw.ImageDraw, at: tuple[float, float], text: str, size: int) -> None:
+    """`text` from `at` on one baseline: its Latin runs in PIL's own font, as they always were,
+    the runs past Latin in the system's CJK font (said once when there is none: they are then
+    drawn as empty boxes)."""
+    latin = ImageFont.load_default(size=size)
+    x, baseline = at[0], at[1] + latin.getmetrics()[0]
+    for cjk, chars in itertools.groupby(text, key=fonts.needs_cjk):
+        run = "".join(chars)
+        font = cjk_font(size) if cjk else latin
+        pen.text((x, baseline), run, font=font, fill=(60, 60, 60, 255), anchor="ls")
+        x += pen.textlength(run, font=font)
+
+
+def cjk_font(size: int) -> ImageFont.FreeTypeFont:
+    found = fonts.cjk_font()
+    if found is None:
+        warn_no_cjk_font()
+        return ImageFont.load_default(size=size)
+    return found.font(size)
+
+
+@functools.cache  # said once
+def warn_no_cjk_font() -> None:
+    print(
+        "vlm-ocr show: no font with Chinese, Japanese or Korean on this system, so their "
+        f"text is drawn as empty boxes; {fonts.INSTALL}",
+        file=sys.stderr,
+    )
 
 
 def run(settings: Settings, args: argparse.Namespace) -> int:

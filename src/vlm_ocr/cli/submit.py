@@ -13,13 +13,14 @@ from typing import TYPE_CHECKING
 
 from ..contract import PageReport
 from ..settings import Settings
+from .usage import prompt_help
 
 if TYPE_CHECKING:  # the client is imported when a submission runs, not with the command line
     from ..client.submit import DocumentManifest, Options
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("file", type=Path)
+    p.add_argument("file", type=Path, metavar="FILE", help="the PDF to read")
     p.add_argument("--endpoint", required=True, help="the RunPod endpoint id")
     p.add_argument(
         "--pages-per-job",
@@ -38,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="skip the jobs the document manifest of an earlier run records as complete",
     )
     p.add_argument("--out", type=Path, help="also write document.json and .txt here")
-    p.add_argument("--prompt", help="prompt preset for every job")
+    p.add_argument("--prompt", help=prompt_help("every job reads its pages with"))
     p.add_argument(
         "--headers-footers",
         choices=("drop", "keep"),

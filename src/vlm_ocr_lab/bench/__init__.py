@@ -51,8 +51,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=float,
         default=30.0,
         metavar="SECONDS",
-        help="print how far each pass and the direct path have come every SECONDS (default 30; "
-        "0: never), so a run stopped at a time limit still shows its pace",
+        help="print how far each pass and the direct path have come (pages done of all, pace, "
+        "time left) every SECONDS and at the first page (default 30; 0: never), so a run "
+        "stopped at a time limit still shows its pace",
     )
     p.add_argument(
         "--gpu-price",

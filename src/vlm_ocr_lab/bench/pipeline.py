@@ -36,6 +36,8 @@ from vlm_ocr.pipeline.render import render_pdf_page
 from vlm_ocr.pipeline.worker import build_worker
 from vlm_ocr.settings import Settings
 
+from .progress import PassProgress
+
 STAGES = (
     "render_s",
     "orient_s",
@@ -161,25 +163,18 @@ def instant_engine(args: argparse.Namespace) -> Iterator[SoakEngine]:
 
 
 class Timeline:
-    """When each engine request was sent and answered, recorded around the engine's `ask`:
-    how full a run kept the engine (the mean of requests in flight), how long it took to send
-    the first request and to finish after the last answer. The worker and the direct path are
-    measured alike, so their difference is the worker's own. With `progress_s`, a line every that
-    many seconds says how far the run has come, so a run stopped at a time limit still leaves
-    its pace behind."""
+    """When each engine request was sent and answered, recorded around the engine's `ask` (an
+    engine with a server): how full a run kept the engine (the mean of requests in flight), how
+    long it took to send the first request and to finish after the last answer. The worker and
+    the direct path are measured alike, so their difference is the worker's own."""
 
-    def __init__(self, engine: Any, *, label: str = "", progress_s: float = 0.0) -> None:
+    def __init__(self, engine: Any) -> None:
         self.spans: list[tuple[float, float]] = []
         self.sent = 0
         self.t0 = time.perf_counter()
         self._engine, self._ask = engine, getattr(engine, "ask", None)
         if self._ask is not None:
             engine.ask = self._recorded
-        self._reporter = (
-            asyncio.get_running_loop().create_task(self._report(label, progress_s))
-            if progress_s > 0 and self._ask is not None
-            else None
-        )
 
     async def _recorded(self, *args: Any, **kwargs: Any) -> Any:
         sent = time.perf_counter()
@@ -189,25 +184,11 @@ class Timeline:
         finally:
             self.spans.append((sent, time.perf_counter()))
 
-    async def _report(self, label: str, every_s: float) -> None:
-        while True:
-            await asyncio.sleep(every_s)
-            print(self.progress(label, time.perf_counter()), flush=True)
-
-    def progress(self, label: str, now: float) -> str:
-        """How far the run has come: answers so far, their pace since the first request was
-        sent, and the requests in flight."""
-        answered = len(self.spans)
-        since = now - min((s for s, _ in self.spans), default=self.t0)
-        pace = f"{answered / since:.2f} a second" if answered and since > 0 else "none yet"
-        return (
-            f"progress, {label}: {answered} answers at {now - self.t0:.1f} s ({pace} since the "
-            f"first request), {self.sent - answered} in flight"
-        )
+    def in_flight(self) -> int | None:
+        """Requests sent and not answered yet; None for an engine without requests to see."""
+        return self.sent - len(self.spans) if self._ask is not None else None
 
     def close(self) -> None:
-        if self._reporter is not None:
-            self._reporter.cancel()
         if self._ask is not None:
             del self._engine.ask  # the class's method again
 
@@ -266,16 +247,20 @@ async def run_bench(
     # user's job brings is not the worker's time.
     bench_jobs = [job(j) for j in range(jobs)]
 
-    async def one(j: int) -> JobResult:
-        return await worker.run(f"bench-{j}", bench_jobs[j])
-
     cpu0, pool0 = time.process_time(), cpu_seconds(worker.pool.pids())
     models0 = cpu_seconds(worker.cpu_models.pool.pids())
     # its t0 is the run's start, as on the direct path
-    timeline = Timeline(worker.engine, label=f"worker pass {series + 1}", progress_s=progress_s)
+    timeline = Timeline(worker.engine)
+    label = f"worker pass {series + 1}"
+    progress = PassProgress(label, pages * jobs, progress_s, timeline.in_flight)
+
+    async def one(j: int) -> JobResult:
+        return await worker.run(f"bench-{j}", bench_jobs[j], progress.page_done)
+
     try:
         results = await asyncio.gather(*(one(j) for j in range(jobs)))
     finally:
+        progress.close()
         timeline.close()
     end = time.perf_counter()
     wall = end - timeline.t0
@@ -352,17 +337,21 @@ async def _direct(worker: Any, args: argparse.Namespace) -> dict[str, Any]:
     latencies: list[float] = []
     tokens: list[int] = []
 
+    timeline = Timeline(engine)
+    progress = PassProgress("direct path", count, args.progress, timeline.in_flight)
+
     async def one(page: PageImage) -> None:
         async with gate:
             t0 = time.perf_counter()
             answer = await engine.ask(page.png, prompt, engine.attempts[0])
             latencies.append(time.perf_counter() - t0)
             tokens.append(answer.output_tokens or 0)
+            progress.page_done()
 
-    timeline = Timeline(engine, label="direct path", progress_s=args.progress)
     try:
         await asyncio.gather(*(one(p) for p in pages))
     finally:
+        progress.close()
         timeline.close()
     end = time.perf_counter()
     wall = end - timeline.t0

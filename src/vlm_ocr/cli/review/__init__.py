@@ -23,31 +23,26 @@ from pathlib import Path
 from ...contract import JobResult, PageReport, format_ranges, parse_selection
 from ...errors import InputError
 from ...settings import Settings
-from ...storage import BucketInputs
-from . import pictures
+from .. import fonts, pictures, results
+from ..results import READS_AT_ONCE, Results, ResultsError
+from ..usage import UsageError, positive
 from .document import document, summary
 from .flags import flags_of, ordered
 from .markup import page_section
-from .results import READS_AT_ONCE, Results, ResultsError
 
 DEFAULT_MAX_MB = 20.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    results.add_arguments(parser)
+    pictures.add_arguments(parser)
     parser.add_argument(
-        "results",
-        help="the job's folder (the one holding its manifest.json), or its prefix in the store "
-        "the settings select (the bucket under BUCKET_PREFIX when configured, else OUTPUT_DIR)",
-    )
-    source = parser.add_mutually_exclusive_group()
-    source.add_argument(
-        "--pdf",
+        "-o",
+        "--out",
         type=Path,
-        help="the PDF the job read (default: read from the bucket when the job's input was a key)",
-    )
-    source.add_argument("--images", type=Path, help="the folder of the images the job read")
-    parser.add_argument(
-        "-o", "--out", type=Path, default=Path("review.html"), help="default: review.html"
+        default=Path("review.html"),
+        metavar="FILE",
+        help="the HTML file to write (default: review.html)",
     )
     parser.add_argument(
         "--pages",
@@ -56,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--max-mb",
-        type=float,
+        type=positive(float),
         default=DEFAULT_MAX_MB,
         help=f"the most the file may weigh (default {DEFAULT_MAX_MB:g} MB): the pages past it "
         "are listed in the summary, not shown",
@@ -68,24 +63,20 @@ def run(settings: Settings, args: argparse.Namespace) -> int:
 
 
 async def review_main(settings: Settings, args: argparse.Namespace) -> int:
-    from ...pipeline.assemble import make_store
-
-    for given in (args.pdf, args.images):
-        if given is not None and not given.exists():
-            print(f"vlm-ocr review: no such file or folder: {given}", file=sys.stderr)
-            return 2
+    pictures.given(args)  # a mistake in them is said before anything is read
     try:
-        store, inputs = make_store(settings)
-        results = Results.at(args.results, store)
-        job = await results.job()
+        store, inputs = results.stores(settings)
+        found_results = Results.at(args.results, store, args.dir)
+        job = await found_results.job()
         chosen = chosen_pages(job, args.pages)
-    except (ResultsError, ValueError) as exc:
+    except ResultsError as exc:
         print(f"vlm-ocr review: {exc}", file=sys.stderr)
         return 1
     with pictures.scratch() as tmp:
-        found = await find_pictures(args, chosen, inputs, Path(tmp), settings)
+        max_bytes = settings.fetch.max_download_bytes
+        found = await pictures.find(args, chosen, inputs, Path(tmp), max_bytes)
         budget = int(args.max_mb * 1e6) - overhead(job, found.notes)
-        shown = await render(results, found, chosen, budget)
+        shown = await render(found_results, found, chosen, budget)
     left = [p.page for p in chosen[len(shown.pages) :]]
     why = ""
     if left:
@@ -93,17 +84,35 @@ async def review_main(settings: Settings, args: argparse.Namespace) -> int:
             f"Not shown: pages {short_ranges(left)} ({len(left):,}), past the size limit of "
             f"{args.max_mb:g} MB (--max-mb); show them with --pages or a larger --max-mb."
         )
-    head = summary(job, [p.page for p in shown.pages], why, found.notes)
+    notes = found.notes + ([] if fonts.cjk_font() else [NO_CJK_FONT])
+    head = summary(job, [p.page for p in shown.pages], why, notes)
     html = document(job, head, shown.sections)
-    args.out.write_text(html, encoding="utf-8")
+    write(args.out, html)
     attention = sum(bool(flags_of(p)) for p in shown.pages)
     print(
         f"{args.out}: {len(shown.pages)} of {len(job.pages)} pages shown ({attention} needing "
         f"attention), {len(html.encode()) / 1e6:.2f} MB"
     )
-    for line in ([why] if why else []) + found.notes:
+    for line in ([why] if why else []) + notes:
         print(f"  {line}")
     return 0
+
+
+NO_CJK_FONT = (
+    "no font with Chinese, Japanese or Korean on this system: a browser here draws their text "
+    f"as empty boxes; {fonts.INSTALL}"
+)
+
+
+def write(out: Path, html: str) -> None:
+    if out.is_dir():
+        raise UsageError("--out", f"{out} is a folder; accepted: the HTML file to write")
+    try:
+        out.write_text(html, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(
+            "--out", f"{out} cannot be written ({exc.strerror}); accepted: a file you may write"
+        ) from None
 
 
 def short_ranges(pages: list[int], limit: int = 200) -> str:
@@ -128,26 +137,12 @@ def chosen_pages(job: JobResult, selection: str | None) -> list[PageReport]:
     try:
         ranges = parse_selection(selection)
     except InputError as exc:
-        raise ValueError(f"--pages: {exc.message}") from None
+        raise UsageError("--pages", exc.message) from None
     wanted = [p for p in pages if any(lo <= p.page <= (hi or p.page) for lo, hi in ranges)]
     if not wanted:
         have = format_ranges([p.page for p in job.pages]) or "none"
-        raise ValueError(f"--pages {selection}: the job has no such page (it has {have})")
+        raise UsageError("--pages", f"{selection}: the job has no such page (it has {have})")
     return wanted
-
-
-async def find_pictures(
-    args: argparse.Namespace,
-    pages: Sequence[PageReport],
-    inputs: BucketInputs | None,
-    tmp: Path,
-    settings: Settings,
-) -> pictures.Pictures:
-    if args.pdf is not None:
-        return pictures.from_pdf(args.pdf, pages)
-    if args.images is not None:
-        return pictures.from_images(args.images, pages)
-    return await pictures.from_bucket(inputs, pages, tmp, settings.fetch.max_download_bytes)
 
 
 @dataclass
@@ -157,14 +152,14 @@ class Shown:
 
 
 async def render(
-    results: Results, found: pictures.Pictures, pages: Sequence[PageReport], budget: int
+    job_results: Results, found: pictures.Pictures, pages: Sequence[PageReport], budget: int
 ) -> Shown:
     """The pages' sections in order, until the next one would pass `budget` bytes; a heading
     before those needing attention and before the others."""
     shown = Shown([], [])
     used = 0
     for start in range(0, len(pages), READS_AT_ONCE):
-        for view in await results.pages(pages[start : start + READS_AT_ONCE]):
+        for view in await job_results.pages(pages[start : start + READS_AT_ONCE]):
             r = view.report
             size = (view.blocks.width, view.blocks.height) if view.blocks else None
             if size is None and r.width and r.height:

@@ -13,6 +13,7 @@ from html import escape
 from importlib import resources
 
 from ...contract import JobResult
+from .. import fonts
 from .flags import flags_of
 from .markup import kind_styles
 
@@ -23,7 +24,8 @@ STAGES = ("render_s", "queue_s", "engine_s", "layout_s", "store_s", "second_opin
 
 def document(job: JobResult, summary: str, sections: Sequence[str]) -> str:
     script = ASSETS.joinpath("review.js").read_text("utf-8")
-    style = ASSETS.joinpath("review.css").read_text("utf-8") + "\n" + kind_styles()
+    css = ASSETS.joinpath("review.css").read_text("utf-8")
+    style = "\n".join([css, kind_styles(), font_styles()])
     digest = base64.b64encode(hashlib.sha256(script.encode()).digest()).decode()
     policy = (
         f"default-src 'none'; img-src data:; style-src 'unsafe-inline'; "
@@ -36,6 +38,17 @@ def document(job: JobResult, summary: str, sections: Sequence[str]) -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{escape(title)}</title><style>{style}</style></head>\n<body>"
         f"{summary}<main>{''.join(sections)}</main><script>{script}</script></body></html>\n"
+    )
+
+
+def font_styles() -> str:
+    """The font families: the system's, then CJK fonts (the one found here first), so Chinese,
+    Japanese and Korean text is drawn with glyphs rather than empty boxes; Latin as before."""
+    cjk = fonts.css_stack()
+    return (
+        f'body {{ font-family: system-ui, -apple-system, "Segoe UI", {cjk}, sans-serif; }}\n'
+        f'pre {{ font-family: ui-monospace, "SFMono-Regular", Menlo, Consolas, {cjk}, '
+        "monospace; }"
     )
 
 

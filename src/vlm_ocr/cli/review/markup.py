@@ -13,9 +13,9 @@ from html import escape
 import nh3
 
 from ...blocks import Block
+from ..results import PageView
 from ..show import COLOURS
 from .flags import FLAGS, flags_of
-from .results import PageView
 from .words import marked
 
 # More of a text than anyone reads on one page of a review: the rest is left out, saying so.

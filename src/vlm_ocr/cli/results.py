@@ -1,13 +1,15 @@
-"""A job's results as the review shows them, read through the contract: the manifest as a
-`JobResult`, each page's blocks as `PageBlocks`, its stored text and its second reading.
+"""A job's results as `vlm-ocr show` and `vlm-ocr review` read them, through the contract: the
+manifest as a `JobResult`, each page's blocks as `PageBlocks`, its stored text and its second
+reading.
 
-RESULTS is a job's folder on disk (the one holding its manifest.json), or its prefix in the
-store the settings select (the bucket under BUCKET_PREFIX when one is configured, else
-OUTPUT_DIR), as for `vlm-ocr show`. The manifest's keys are the store's; a folder on disk may
-have been copied from anywhere, so there they are read relative to the job's own prefix."""
+RESULTS, the same argument in both, is a job's folder on disk (the one holding its
+manifest.json), or its prefix in the store the settings select (the bucket under BUCKET_PREFIX
+when one is configured, else OUTPUT_DIR). The manifest's keys are the store's; a folder on disk
+may have been copied from anywhere, so there they are read relative to the job's own prefix."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 from collections.abc import Sequence
@@ -16,12 +18,45 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from ...blocks import PageBlocks
-from ...contract import JobResult, PageReport
-from ...errors import StorageError
-from ...storage import JobKeys, LocalStore, Store
+from ..blocks import PageBlocks
+from ..contract import JobResult, PageReport
+from ..errors import StorageError
+from ..settings import Settings
+from ..storage import BucketInputs, JobKeys, LocalStore, ObjectMissing, Store
+from .usage import UsageError
 
 READS_AT_ONCE = 16  # pages read from the store at once (a bucket answers in tens of ms)
+ACCEPTED = (
+    "a job's folder (the one holding its manifest.json), or the job's prefix in the store the "
+    "settings select (the bucket under BUCKET_PREFIX when configured, else OUTPUT_DIR)"
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """RESULTS, as `show` and `review` both take it (and `--dir`, show's old way of naming a
+    local results folder, hidden)."""
+    parser.add_argument("results", metavar="RESULTS", help=ACCEPTED)
+    parser.add_argument("--dir", type=Path, help=argparse.SUPPRESS)
+
+
+def stores(settings: Settings) -> tuple[Store, BucketInputs | None]:
+    """The store RESULTS names a prefix in, and the reader of inputs named by key: the bucket's
+    when one is configured, else OUTPUT_DIR, only read (a reader makes no folder)."""
+    if settings.bucket.configured:
+        from ..pipeline.assemble import make_store
+
+        return make_store(settings)
+    return LocalStore(settings.job.output_dir), None
+
+
+def one_line(exc: ValueError) -> str:
+    """What was wrong, in one line: JSON's own message, or a manifest's first wrong field."""
+    if isinstance(exc, ValidationError):
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "the document"
+        more = f", and {exc.error_count() - 1} more" if exc.error_count() > 1 else ""
+        return f"{where}: {first['msg']}{more}"
+    return str(exc).splitlines()[0]
 
 
 class ResultsError(Exception):
@@ -52,13 +87,16 @@ class Results:
         self._strip = ""
 
     @classmethod
-    def at(cls, results: str, store: Store) -> Results:
-        """RESULTS as a folder holding a manifest, else as a prefix in `store`."""
-        path = Path(results)
+    def at(cls, results: str, store: Store, folder: Path | None = None) -> Results:
+        """RESULTS as a folder holding a manifest (under `folder`, show's old `--dir`), else
+        as a prefix in `store`."""
+        path = Path(results) if folder is None else folder / results
         if (path / "manifest.json").is_file():
             return cls(LocalStore(path), "manifest.json", folder=True)
-        if path.is_dir():
-            raise ResultsError(f"{results} has no manifest.json: give the job's own folder")
+        if path.is_dir() or folder is not None:
+            raise UsageError("RESULTS", f"{path} holds no manifest.json; accepted: {ACCEPTED}")
+        if path.is_file():
+            raise UsageError("RESULTS", f"{path} is a file; accepted: {ACCEPTED}")
         return cls(store, JobKeys(store.key_prefix + results.strip("/")).manifest, folder=False)
 
     async def job(self) -> JobResult:
@@ -66,10 +104,17 @@ class Results:
         try:
             raw = await self.store.read_text(self.manifest_key)
             job = JobResult.model_validate(json.loads(raw))
+        except ObjectMissing:
+            raise UsageError(
+                "RESULTS",
+                f"no such folder here, and no job manifest at {where}; accepted: {ACCEPTED}",
+            ) from None
         except StorageError as exc:
-            raise ResultsError(f"no job manifest at {where} ({exc})") from None
+            raise ResultsError(f"the job manifest at {where} cannot be read ({exc})") from None
         except ValueError as exc:  # not JSON, or not a manifest (ValidationError)
-            raise ResultsError(f"{where} is not a job manifest: {exc}") from None
+            raise UsageError(
+                "RESULTS", f"{where} is not a job manifest ({one_line(exc)}); accepted: {ACCEPTED}"
+            ) from None
         if self.folder and job.prefix:
             self._strip = f"{job.prefix}/"
         return job

@@ -1,0 +1,306 @@
+"""The pages' pictures for `vlm-ocr show` and `vlm-ocr review`: each page of the document the job
+read, drawn as the worker read it (turned as it was), matched to the page by what the job
+recorded, never by position.
+
+The document comes from `--pdf FILE` or `--images DIR` (the same arguments in both commands),
+else from the bucket when the job's input was a key there (its pages' `source` says `key:…`).
+A page's report names its source: the file's name (a job's `name`, the last part of its URL or
+bucket key) or `base64` when none was given; an image is found in `--images DIR` by that name,
+and a PDF's page by its number in the PDF. A page whose picture cannot be told says why on the
+page, and its blocks are drawn on a blank sheet."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+import pymupdf
+from PIL import Image, ImageOps
+
+from ..contract import PageReport
+from ..errors import StorageError
+from ..pipeline.render import is_image_file
+from ..storage import BucketInputs, ObjectMissing
+from .usage import UsageError, input_file, input_folder
+
+SIDE = 1100  # pixels: the longer side of a page's picture in the review (the screen's)
+JPEG_QUALITY = 75
+PDF_ACCEPTED = "the PDF the job read"
+IMAGES_ACCEPTED = "the folder of the images the job read, under the names it gave them"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--pdf FILE` or `--images DIR`, as `show` and `review` both take them (and `--source`,
+    show's old way of naming either, hidden)."""
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument(
+        "--pdf",
+        type=Path,
+        metavar="FILE",
+        help="the PDF the job read, for the pages' pictures (default: read from the bucket "
+        "when the job's input was a key there)",
+    )
+    source.add_argument(
+        "--images",
+        type=Path,
+        metavar="DIR",
+        help="the folder of the images the job read: each page's picture is the file of the "
+        "name the job recorded for it",
+    )
+    source.add_argument("--source", type=Path, help=argparse.SUPPRESS)
+
+
+def given(args: argparse.Namespace) -> tuple[Path | None, Path | None, Path | None]:
+    """(pdf, images folder, one image) as given, each checked; `--source` read as the PDF, or
+    as the one page's own image."""
+    pdf, images, image = args.pdf, args.images, None
+    if args.source is not None:
+        input_file(args.source, "--source", f"{PDF_ACCEPTED}, or the page's image")
+        if args.source.suffix.lower() == ".pdf":
+            pdf = args.source
+        else:
+            image = args.source
+    elif pdf is not None:
+        input_file(pdf, "--pdf", PDF_ACCEPTED)
+        if not _is_pdf(pdf):
+            raise UsageError("--pdf", f"{pdf} is not a PDF; accepted: {PDF_ACCEPTED}")
+    elif images is not None:
+        input_folder(images, "--images", IMAGES_ACCEPTED)
+    return pdf, images, image
+
+
+def _is_pdf(path: Path) -> bool:
+    with path.open("rb") as f:
+        return f.read(1024).lstrip().startswith(b"%PDF-")
+
+
+@dataclass(frozen=True)
+class Where:
+    path: Path
+    number: int  # the page in the file (an image is its own page 1)
+
+
+@dataclass
+class Pictures:
+    pages: dict[int, Where] = field(default_factory=dict)
+    #: why a page has no picture, by page
+    missing: dict[int, str] = field(default_factory=dict)
+    #: where the pictures come from, or why there are none, for the summary
+    notes: list[str] = field(default_factory=list)
+    #: why a page not named above has none
+    otherwise: str = "no picture of this page: its document was not given (--pdf or --images)"
+
+    def image(
+        self, page: PageReport, size: tuple[int, int] | None
+    ) -> tuple[Image.Image | None, str]:
+        """The page's picture, turned as the worker read it, of `size` (the image the worker
+        read: the blocks' boxes are in its pixels), or None and why."""
+        where = self.pages.get(page.page)
+        if where is None:
+            return None, self.missing.get(page.page, self.otherwise)
+        try:
+            return source_page(where.path, where.number, size or _size_of(where), page.rotated), ""
+        except (OSError, ValueError, RuntimeError, IndexError, Image.DecompressionBombError) as exc:
+            return None, f"the page could not be drawn from {where.path.name}: {exc}"
+
+    def jpeg(self, page: PageReport, size: tuple[int, int] | None) -> tuple[bytes | None, str]:
+        """The page's picture as a JPEG of the shape of `size`, at most SIDE pixels long."""
+        where = self.pages.get(page.page)
+        if where is not None and size is None:
+            try:
+                size = _size_of(where)
+            except (OSError, ValueError, RuntimeError, IndexError) as exc:
+                return None, f"the page could not be drawn from {where.path.name}: {exc}"
+        if size is not None:
+            scale = min(1.0, SIDE / max(size))
+            size = (max(1, round(size[0] * scale)), max(1, round(size[1] * scale)))
+        image, why = self.image(page, size)
+        if image is None:
+            return None, why
+        buf = io.BytesIO()
+        image.save(buf, format="JPEG", quality=JPEG_QUALITY, optimize=True)
+        return buf.getvalue(), ""
+
+
+def source_page(
+    source: Path, number: int, size: tuple[int, int], rotated: int | None
+) -> Image.Image:
+    """Page `number` of a PDF (an image file is its one page) as the worker read it: turned
+    `rotated` degrees clockwise, at `size` (the read image's, or one of its shape)."""
+    if source.suffix.lower() == ".pdf" or _is_pdf(source):
+        with pymupdf.open(source, filetype="pdf") as pdf:
+            page = pdf[number - 1]
+            sideways = (rotated or 0) % 180
+            width = size[1] if sideways else size[0]
+            zoom = width / page.rect.width
+            pix = page.get_pixmap(matrix=pymupdf.Matrix(zoom, zoom), alpha=False)
+            image = Image.frombytes("RGB", (pix.width, pix.height), pix.samples)
+    else:
+        with Image.open(source) as opened:
+            image = ImageOps.exif_transpose(opened).convert("RGB")
+    if rotated:
+        image = image.rotate(-rotated, expand=True)
+    return image.resize(size)
+
+
+def _size_of(where: Where) -> tuple[int, int]:
+    if where.path.suffix.lower() == ".pdf" or _is_pdf(where.path):
+        with pymupdf.open(where.path, filetype="pdf") as pdf:
+            rect = pdf[where.number - 1].rect
+            return round(rect.width), round(rect.height)
+    with Image.open(where.path) as image:
+        return image.size
+
+
+def recorded_name(page: PageReport) -> str | None:
+    """The file name the job recorded for the page's source: its `name`, or the last part of
+    its bucket key or URL; None for base64 sent without a name."""
+    source = page.source
+    if source == "base64":
+        return None
+    if source.startswith("key:"):
+        return Path(source.removeprefix("key:")).name or None
+    if source.startswith(("http://", "https://")):
+        return Path(unquote(urlsplit(source).path)).name or None
+    return Path(source).name or None
+
+
+def from_pdf(pdf: Path, pages: Sequence[PageReport]) -> Pictures:
+    """Each page by its number in the PDF; a page the job read from an image has none here."""
+    with pymupdf.open(pdf) as doc:
+        count = doc.page_count
+    found = Pictures(notes=[f"page pictures from {pdf.name}"])
+    others = set()
+    for page in pages:
+        name = recorded_name(page)
+        if name is not None and is_image_file(Path(name)):
+            found.missing[page.page] = (
+                f"no picture: the job read page {page.page} from the image {name}, not from a "
+                "PDF; give --images DIR, the folder holding it"
+            )
+        elif page.page > count:
+            found.missing[page.page] = f"no picture: {pdf.name} has {count} pages"
+        else:
+            found.pages[page.page] = Where(pdf, page.page)
+            if name is not None and name != pdf.name:
+                others.add(name)
+    if others:
+        found.notes.append(
+            f"the job read {', '.join(sorted(others))}: its pages are drawn from {pdf.name} by "
+            "their page numbers"
+        )
+    if beyond := max((p.page for p in pages if p.page > count), default=0):
+        found.notes.append(f"{pdf.name} has {count} pages; the job has pages up to {beyond}")
+    return found
+
+
+def from_images(folder: Path, pages: Sequence[PageReport]) -> Pictures:
+    """Each page's image by the name the job recorded for it, never by its place in the
+    folder: a page whose name is not there, or that has no name, has no picture."""
+    found = Pictures(notes=[f"page pictures from the images in {folder}"])
+    for page in pages:
+        name = recorded_name(page)
+        path = folder / name if name is not None else None
+        if path is None:
+            found.missing[page.page] = (
+                f"no picture: the job recorded no file name for page {page.page} (its image "
+                "was sent as base64 without a `name`), so no image of the folder can be told "
+                "to be it"
+            )
+        elif not path.is_file():
+            found.missing[page.page] = (
+                f"no picture: {folder} has no {name}, the file the job read as page {page.page}"
+            )
+        else:
+            found.pages[page.page] = Where(path, page.page if _is_pdf(path) else 1)
+    if found.missing:
+        found.notes.append(
+            f"no picture in {folder} for {len(found.missing)} of the {len(pages)} pages shown "
+            "(each says why)"
+        )
+    return found
+
+
+def from_image(image: Path, pages: Sequence[PageReport]) -> Pictures:
+    """The one image the user named as the page's own (`show --source IMAGE`)."""
+    return Pictures({p.page: Where(image, 1) for p in pages}, notes=[f"the page from {image}"])
+
+
+async def from_bucket(
+    inputs: BucketInputs | None, pages: Sequence[PageReport], into: Path, max_bytes: int
+) -> Pictures:
+    """The job's inputs named by key, fetched from the bucket once each."""
+    keys = sorted({p.source.removeprefix("key:") for p in pages if p.source.startswith("key:")})
+    if not keys:
+        return Pictures(notes=[NOT_KEPT], otherwise=NOT_KEPT)
+    if inputs is None:
+        return Pictures(
+            notes=[
+                "the job's input is in a bucket and no bucket is configured: set BUCKET_NAME "
+                "and its credentials, or give --pdf FILE or --images DIR"
+            ]
+        )
+    files: dict[str, Path] = {}
+    notes: list[str] = []
+    for n, key in enumerate(keys):
+        got = await _fetch(inputs, key, into / f"input-{n}", max_bytes, notes)
+        if got is not None:
+            files[key] = got
+    found = {}
+    for page in pages:
+        path = files.get(page.source.removeprefix("key:"))
+        if path is not None and page.source.startswith("key:"):
+            found[page.page] = Where(path, page.page if path.suffix == ".pdf" else 1)
+    if files:
+        notes.insert(0, f"page pictures from {', '.join(inputs.uri(k) for k in files)}")
+    return Pictures(found, notes=notes)
+
+
+async def _fetch(
+    inputs: BucketInputs, key: str, dest: Path, max_bytes: int, notes: list[str]
+) -> Path | None:
+    try:
+        with dest.open("wb") as out:
+            await inputs.fetch(key, out, max_bytes)
+    except ObjectMissing:
+        notes.append(f"{inputs.uri(key)} is no longer in the bucket: give --pdf or --images")
+        return None
+    except StorageError as exc:
+        notes.append(f"{inputs.uri(key)} could not be read ({exc})")
+        return None
+    with dest.open("rb") as f:
+        kind = ".pdf" if f.read(5) == b"%PDF-" else ".image"
+    return dest.rename(dest.with_suffix(kind))
+
+
+NOT_KEPT = (
+    "no page pictures: the worker does not keep a job's input sent as base64 or by URL; give "
+    "--pdf FILE or --images DIR to see the pages"
+)
+
+
+def scratch() -> tempfile.TemporaryDirectory[str]:
+    return tempfile.TemporaryDirectory(prefix="vlm-ocr-pictures-")
+
+
+async def find(
+    args: argparse.Namespace,
+    pages: Sequence[PageReport],
+    inputs: BucketInputs | None,
+    tmp: Path,
+    max_bytes: int,
+) -> Pictures:
+    """The pictures the arguments point to, else the bucket's."""
+    pdf, images, image = given(args)
+    if pdf is not None:
+        return from_pdf(pdf, pages)
+    if images is not None:
+        return from_images(images, pages)
+    if image is not None:
+        return from_image(image, pages)
+    return await from_bucket(inputs, pages, tmp, max_bytes)

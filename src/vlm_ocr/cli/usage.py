@@ -1,0 +1,130 @@
+"""A user's mistakes on the command line, said in one line: the argument, what was wrong with it
+and what it accepts; the command then exits with status 2, as argparse does for its own.
+
+`Parser` makes argparse's own refusals one line too (its default prints the usage first); the
+checks here cover what argparse cannot see: a file that is not there, a folder where a file is
+wanted, a JSON file that does not parse."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NoReturn
+
+USAGE_STATUS = 2
+JSON_KINDS = {
+    list: "an array",
+    str: "a string",
+    int: "a number",
+    float: "a number",
+    bool: "a boolean",
+}
+
+
+class UsageError(Exception):
+    """`argument` (as the user typed it: CONFIG, --pdf) was wrong; `message` says how and what
+    is accepted."""
+
+    def __init__(self, argument: str, message: str) -> None:
+        super().__init__(f"{argument}: {message}")
+        self.argument = argument
+        self.message = message
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, its refusals in one line that says where the help is."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(USAGE_STATUS, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def say(command: str, error: UsageError) -> int:
+    print(f"{command}: {error}", file=sys.stderr)
+    return USAGE_STATUS
+
+
+def input_file(path: Path, argument: str, accepted: str) -> Path:
+    """`path` if it is a file that can be read, else UsageError saying what it is instead."""
+    if path.is_dir():
+        raise UsageError(argument, f"{path} is a folder; accepted: {accepted}")
+    if not path.exists():
+        raise UsageError(argument, f"no such file: {path}; accepted: {accepted}")
+    try:
+        with path.open("rb"):
+            pass
+    except OSError as exc:
+        raise UsageError(
+            argument, f"{path} cannot be read ({exc.strerror}); accepted: {accepted}"
+        ) from None
+    return path
+
+
+def input_folder(path: Path, argument: str, accepted: str) -> Path:
+    if path.is_file():
+        raise UsageError(argument, f"{path} is a file, not a folder; accepted: {accepted}")
+    if not path.is_dir():
+        raise UsageError(argument, f"no such folder: {path}; accepted: {accepted}")
+    return path
+
+
+def json_object(path: Path, argument: str, accepted: str) -> dict[str, Any]:
+    """The JSON object in the file `path`, or UsageError: no file, a folder, not UTF-8 JSON,
+    JSON that is not an object."""
+    input_file(path, argument, accepted)
+    try:
+        value = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError:
+        raise UsageError(argument, f"{path} is not text (UTF-8); accepted: {accepted}") from None
+    except json.JSONDecodeError as exc:
+        raise UsageError(
+            argument,
+            f"{path} is not JSON ({exc.msg} at line {exc.lineno} column {exc.colno}); "
+            f"accepted: {accepted}",
+        ) from None
+    if not isinstance(value, dict):
+        kind = JSON_KINDS.get(type(value), "a value")
+        raise UsageError(argument, f"{path} holds {kind}, not a JSON object; accepted: {accepted}")
+    return value
+
+
+def positive(kind: type[int] | type[float]) -> Callable[[str], Any]:
+    """argparse's type for a number above zero, its refusal saying what is accepted."""
+    word = "a whole number" if kind is int else "a number"
+
+    def parse(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not {word}; accepted: {word} above 0"
+            ) from None
+        if not value > 0 or value != value or value == float("inf"):
+            raise argparse.ArgumentTypeError(f"{text!r}: accepted: {word} above 0")
+        return value
+
+    parse.__name__ = kind.__name__  # what argparse names in its own messages
+    return parse
+
+
+def fraction(text: str) -> float:
+    """argparse's type for a share: above 0, at most 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: accepted: a number above 0 and at most 1")
+    return value
+
+
+def prompt_help(what: str) -> str:
+    """Help for a `--prompt` argument: the presets, from prompts.py."""
+    from ..prompts import PRESETS
+
+    return (
+        f"the prompt preset {what}: one of {', '.join(sorted(PRESETS))} (default: PROMPT's; a "
+        "model family with a prompt of its own takes none)"
+    )

@@ -1,0 +1,159 @@
+"""`vlm-ocr show` as a user types it: the same arguments as `vlm-ocr review` for the same things,
+and Chinese drawn with a font that has it (the system's), Latin as before.
+
+The job's results are written here as the worker writes them (its manifest and a page's blocks,
+through the contract's models), with blocks whose text is known, so what is drawn can be told."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+from PIL import Image, ImageDraw, ImageFont
+
+from vlm_ocr.blocks import Block, PageBlocks
+from vlm_ocr.cli import fonts, show
+from vlm_ocr.cli import main as cli
+from vlm_ocr.contract import JobResult, PageReport
+
+WIDTH, HEIGHT = 3000, 2000  # scale 2: the text drawn 24 pixels high
+BLOCKS = {"zhong": "中文", "yue": "契約", "latin": "Lease of the premises"}
+TOPS = {"zhong": 300, "yue": 700, "latin": 1100}
+LINE = 3 * 2  # the outline's width at scale 2 (show.draw): the text starts two widths in
+INK = (60, 60, 60)  # the colour of a block's text on a blank page
+
+
+def write_job(folder: Path) -> Path:
+    """A one-page job's results, its three blocks' texts as above, in `folder/cjk`."""
+    job = folder / "cjk"
+    job.mkdir(parents=True)
+    blocks = [
+        Block(kind="text", box=(200, top, 1400, top + 200), content=BLOCKS[name])
+        for name, top in TOPS.items()
+    ]
+    doc = PageBlocks(
+        page=1, width=WIDTH, height=HEIGHT, source="rapidocr", labelled=False, blocks=blocks
+    )
+    (job / "page-0001.json").write_text(doc.model_dump_json())
+    report = PageReport(
+        page=1,
+        source="lease.png",
+        status="ok",
+        width=WIDTH,
+        height=HEIGHT,
+        blocks=len(blocks),
+        blocks_key="cjk/page-0001.json",
+    )
+    result = JobResult(job_id="j1", status="ok", prefix="cjk", pages=[report])
+    (job / "manifest.json").write_text(result.model_dump_json())
+    return job
+
+
+def text_of(drawn: Image.Image, name: str) -> Image.Image:
+    """Where a block's first characters are drawn (blank page: its text at its corner)."""
+    x, y = 200 + 2 * LINE, TOPS[name] + 2 * LINE
+    return drawn.crop((x, y, x + 56, y + 34)).convert("L")
+
+
+def drawn_by_show(job: Path, out: Path) -> Image.Image:
+    assert cli.main(["show", str(job), "--page", "1", "-o", str(out)]) == 0
+    with Image.open(out) as image:
+        return image.copy()
+
+
+def test_chinese_is_drawn_with_a_font_that_has_it_and_latin_as_before(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    if fonts.cjk_font() is None:
+        pytest.skip(f"no CJK font on this machine to draw with; {fonts.INSTALL}")
+    job = write_job(tmp_path)
+    drawn = drawn_by_show(job, tmp_path / "found.png")
+    assert "no font with Chinese" not in capsys.readouterr().err
+    # Without a CJK font (what PIL's own font does): every character the same empty box.
+    monkeypatch.setattr(fonts, "cjk_font", lambda: None)
+    show.warn_no_cjk_font.cache_clear()
+    tofu = drawn_by_show(job, tmp_path / "tofu.png")
+    err = capsys.readouterr().err
+    assert err.count("no font with Chinese, Japanese or Korean on this system") == 1  # once
+    assert "fonts-noto-cjk" in err and "fonts-wqy-microhei" in err
+    show.warn_no_cjk_font.cache_clear()
+    for image in (drawn, tofu):
+        assert min(text_of(image, "zhong").getdata()) < 100  # ink where the text is
+    # In boxes, 中文 and 契約 look the same; drawn with the font, they are their own glyphs.
+    assert text_of(tofu, "zhong").tobytes() == text_of(tofu, "yue").tobytes()
+    assert text_of(drawn, "zhong").tobytes() != text_of(drawn, "yue").tobytes()
+    assert text_of(drawn, "zhong").tobytes() != text_of(tofu, "zhong").tobytes()
+    # Latin text is drawn as it always was, in PIL's own font, CJK font or none.
+    assert text_of(drawn, "latin").tobytes() == text_of(tofu, "latin").tobytes()
+    before, now = (Image.new("RGB", (600, 60), "white") for _ in range(2))
+    latin = BLOCKS["latin"]
+    ImageDraw.Draw(before).text((5, 5), latin, font=ImageFont.load_default(size=24), fill=INK)
+    show.write(ImageDraw.Draw(now), (5, 5), latin, 24)
+    assert now.tobytes() == before.tobytes()
+
+
+LATIN = ('"Segoe UI"', "Consolas")  # the last Latin family of body's stack, and of pre's
+
+
+def font_rules(html: str) -> list[str]:
+    return [html[html.index(f"{e} {{ font-family:") :].split("}", 1)[0] for e in ("body", "pre")]
+
+
+def test_the_review_page_names_the_systems_cjk_font_in_its_font_stack(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    found = fonts.cjk_font()
+    if found is None or not found.family:
+        pytest.skip(f"no CJK font known to fontconfig on this machine; {fonts.INSTALL}")
+    job = write_job(tmp_path)
+    out = tmp_path / "review.html"
+    assert cli.main(["review", str(job), "-o", str(out)]) == 0
+    assert "no font with Chinese" not in capsys.readouterr().out
+    for rule, latin in zip(font_rules(out.read_text(encoding="utf-8")), LATIN, strict=True):
+        assert f'{latin}, "{found.family}", ' in rule, rule  # after Latin, the one found here
+    # On a machine without one: the common families still named, and the summary says so.
+    monkeypatch.setattr(fonts, "cjk_font", lambda: None)
+    assert cli.main(["review", str(job), "-o", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert "no font with Chinese, Japanese or Korean on this system" in said
+    assert "apt-get install fonts-noto-cjk" in said
+    html = out.read_text(encoding="utf-8")
+    assert "apt-get install fonts-noto-cjk" in html  # in the page's summary too
+    common = ", ".join(f'"{family}"' for family in fonts.CSS_FAMILIES)
+    for rule, latin in zip(font_rules(html), LATIN, strict=True):
+        assert f"{latin}, {common}, " in rule, rule
+
+
+def options(command: str) -> dict[str, tuple[tuple[str, ...], str | None]]:
+    """The command's arguments: each one's spellings and help, by its name."""
+    sub = next(
+        a for a in cli.parser()._actions if isinstance(a, argparse._SubParsersAction)
+    ).choices[command]
+    return {a.dest: (tuple(a.option_strings), a.help) for a in sub._actions}
+
+
+def test_show_and_review_take_the_same_arguments_for_the_same_things(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    show_args, review_args = options("show"), options("review")
+    for same in ("results", "pdf", "images", "source", "dir"):
+        assert show_args[same] == review_args[same], same
+    assert show_args["out"][0] == review_args["out"][0] == ("-o", "--out")
+    # RESULTS: the job's folder, or its prefix in the store (here OUTPUT_DIR), in both.
+    job = write_job(tmp_path / "results")
+    monkeypatch.setenv("OUTPUT_DIR", str(tmp_path / "results"))
+    monkeypatch.chdir(tmp_path)
+    for results in (str(job), "cjk"):
+        assert cli.main(["show", results, "--page", "1", "--out", "page.png"]) == 0
+        assert cli.main(["review", results, "--out", "review.html"]) == 0
+        out = capsys.readouterr().out
+        assert "page.png: 3 blocks" in out and "review.html: 1 of 1 pages shown" in out
+    # The document the same way in both, and the same refusal of one that is not there.
+    for command in (["show", "cjk", "--page", "1"], ["review", "cjk"]):
+        assert cli.main([*command, "--images", "nowhere"]) == 2
+        err = capsys.readouterr().err
+        assert err.endswith(
+            "--images: no such folder: nowhere; accepted: the folder of the "
+            "images the job read, under the names it gave them\n"
+        ), err

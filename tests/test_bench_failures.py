@@ -63,3 +63,19 @@ def test_a_run_without_failures_exits_0_with_its_pace(capsys) -> None:
     assert code == 0
     assert not any(line.startswith(("FAILED", "failed")) for line in lines)
     assert re.search(r"pages: 3  failed: 0  wall: [\d.]+ s  pages/s: [\d.]+  ", "\n".join(lines))
+
+
+def test_a_run_cut_by_its_time_limit_counts_what_was_not_done(capsys) -> None:
+    # the warm-up page is answered at once, every page after it not for ten minutes: whenever the
+    # start ends, the pass is cut at the limit with nothing answered
+    code, lines = bench(
+        capsys, "--slow", "1", "--slow-s", "600", "--spare", "1", "--faults", "0",
+        "--pages", "3", "--direct", "--time-limit", "10",
+    )  # fmt: skip
+    text = "\n".join(lines)
+    assert code == 1
+    assert lines[0].startswith("FAILED: 3 of 3 pages through the worker; no page came back ok")
+    assert "failed: 3 × not done within --time-limit (the run was cut)" in text
+    assert "(cut by --time-limit)" in text
+    assert "direct: skipped (no time left within --time-limit)" in text
+    assert not A_PACE.search(text)

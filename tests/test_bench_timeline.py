@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import time
 
+from vlm_ocr.errors import EngineError
 from vlm_ocr_lab.bench.pipeline import Timeline
 
 
@@ -73,15 +74,40 @@ def test_the_peak_is_when_the_most_requests_were_in_flight() -> None:
 def test_progress_says_answers_pace_and_requests_in_flight() -> None:
     timeline = Timeline(Engine())
     t0 = timeline.t0
-    timeline.spans, timeline.sent = [(t0 + 1, t0 + 3), (t0 + 2, t0 + 5)], 3
+    timeline.spans, timeline.sent, timeline.ok = [(t0 + 1, t0 + 3), (t0 + 2, t0 + 5)], 3, 2
     # two answers in the 4 s since the first request was sent; the third is still out
     assert timeline.progress("worker pass 1", t0 + 5) == (
         "progress, worker pass 1: 2 answers at 5.0 s (0.50 a second since the first request), "
         "1 in flight"
     )
-    timeline.spans, timeline.sent = [], 0
+    timeline.spans, timeline.sent, timeline.ok = [], 0, 0
     assert "0 answers at 1.0 s (none yet" in timeline.progress("direct path", t0 + 1)
     timeline.close()
+
+
+def test_failed_requests_are_counted_by_reason_and_never_paced() -> None:
+    class Failing:
+        async def ask(self, page: int) -> int:
+            if page % 2:
+                raise EngineError(f"the engine server did not answer: ReadError('') ({page} tries)")
+            return page
+
+    engine = Failing()
+
+    async def run() -> Timeline:
+        timeline = Timeline(engine)
+        try:
+            await asyncio.gather(*(engine.ask(n) for n in range(4)), return_exceptions=True)
+        finally:
+            timeline.close()
+        return timeline
+
+    timeline = asyncio.run(run())
+    assert timeline.ok == 2 and len(timeline.spans) == 4
+    # one reason, whatever the tries
+    assert timeline.failures == {"the engine server did not answer: ReadError('')": 2}
+    line = timeline.progress("direct path", timeline.t0 + 10)
+    assert "2 answers and 2 failed at 10.0 s" in line and "0 in flight" in line
 
 
 def test_progress_lines_come_while_a_run_goes_and_stop_with_it(capsys) -> None:

@@ -147,8 +147,8 @@ def _other_benchmarks(p: argparse.ArgumentParser) -> None:
         "--spare",
         type=int,
         default=0,
-        help="--instant-engine: the first N requests are never lost (1: the warm-up page, so the "
-        "worker starts and its pages meet the faults; default 0)",
+        help="--instant-engine: the first N requests are answered at once, never lost (1: the "
+        "warm-up page, so the worker starts and its pages meet the faults; default 0)",
     )
 
 

@@ -229,6 +229,7 @@ class Timeline:
         self.spans: list[tuple[float, float]] = []
         self.sent = 0
         self.failures: Counter[str] = Counter()
+        self.ok = 0  # requests answered
         self.t0 = time.perf_counter()
         self._engine, self._ask = engine, getattr(engine, "ask", None)
         if self._ask is not None:
@@ -243,17 +244,14 @@ class Timeline:
         sent = time.perf_counter()
         self.sent += 1
         try:
-            return await self._ask(*args, **kwargs)
+            answer = await self._ask(*args, **kwargs)
         except EngineError as exc:  # its reason, for a run that was cut or a direct path
             self.failures[reason(str(exc))] += 1
             raise
-        finally:
+        finally:  # a request cancelled by a cut run was in flight too
             self.spans.append((sent, time.perf_counter()))
-
-    @property
-    def ok(self) -> int:
-        """Requests answered, less those that failed."""
-        return len(self.spans) - sum(self.failures.values())
+        self.ok += 1
+        return answer
 
     async def _report(self, label: str, every_s: float) -> None:
         while True:
@@ -263,12 +261,12 @@ class Timeline:
     def progress(self, label: str, now: float) -> str:
         """How far the run has come: answers so far (failed requests apart, never in the
         pace), their pace since the first request was sent, and the requests in flight."""
-        answered, ok = len(self.spans), self.ok
+        answered, ok, failed = len(self.spans), self.ok, self.failures.total()
         since = now - min((s for s, _ in self.spans), default=self.t0)
         pace = f"{ok / since:.2f} a second" if ok and since > 0 else "none yet"
-        failed = f" and {answered - ok} failed" if answered > ok else ""
+        failures = f" and {failed} failed" if failed else ""
         return (
-            f"progress, {label}: {ok} answers{failed} at {now - self.t0:.1f} s ({pace} since "
+            f"progress, {label}: {ok} answers{failures} at {now - self.t0:.1f} s ({pace} since "
             f"the first request), {self.sent - answered} in flight"
         )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import os
 import shlex
 import subprocess
@@ -174,3 +175,36 @@ def test_check_sh_dry_run_prints_the_plan() -> None:
         line.startswith("olmocr:fresh") and " runs; start: row of " in line for line in lines
     )
     assert any(line.startswith("olmocr:warm") for line in lines)
+
+
+def test_vllms_gauges_go_into_the_row_as_medians_over_the_busy_samples(tmp_path) -> None:
+    metrics = tmp_path / "metrics.txt"
+    metrics.write_text(
+        "t=     0s running=0 waiting=0 kv=0% vllm_processes=3 open_files=90 limit=20000\n"
+        "t=    10s running=256 waiting=0 kv=8% vllm_processes=3 open_files=300 limit=20000\n"
+        "t=    20s running=256 waiting=4 kv=12% vllm_processes=3 open_files=300 limit=20000\n"
+        "t=    30s running=39 waiting=0 kv=6% vllm_processes=3 open_files=300 limit=20000\n"
+    )
+    said = gpu_check.gauges(metrics.read_text())
+    assert said == (
+        "running 256 (39-256), waiting 0 (0-4), KV 8 % (6-12 %): medians over 3 samples with "
+        "requests"
+    )
+    row = tmp_path / "row.jsonl"
+    row.write_text(
+        json.dumps({k: v for k, v in run(engine_ready_s=1.0).__dict__.items() if k != "extra"})
+        + "\n"
+    )
+    assert gpu_check.add_gauges(metrics, row) == said
+    (back,) = measured.runs(row)
+    assert back.extra["gauges"] == said
+    assert gpu_check.gauges("t=     0s running=0 waiting=0 kv=0%\n") is None
+
+
+def test_the_plan_of_a_call_on_the_host_knows_what_started_fresh_there(capsys) -> None:
+    data = ["--data", str(ROOT / "benchmarks/gpu.jsonl")]
+    assert gpu_check.main(["plan", "600", "olmocr:warm", "--on-host", *data]) == 0
+    assert "skipped: no fresh start of it on this host" in capsys.readouterr().out
+    argv = ["plan", "600", "olmocr:warm", "--on-host", "--fresh-done", "olmocr", *data]
+    assert gpu_check.main(argv) == 0
+    assert re.search(r"^olmocr:warm .* runs; ", capsys.readouterr().out, re.M)

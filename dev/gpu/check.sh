@@ -102,14 +102,18 @@ run_one() {  # in a subshell: the run's own environment, and env.sh sourced with
 }
 
 . dev/gpu/env.sh  # the bundle unpacked (once), the worker's Python path: the planner imports it
-$py -m vlm_ocr_lab.bench.gpu_check plan "$budget" "$@" --vllm "$vllm" \
+fresh_done() {  # the targets started fresh on this host so far (their warm starts may run)
+  local f
+  for f in "$work"/fresh-*; do [ -e "$f" ] && echo "--fresh-done" "${f##*/fresh-}"; done
+}
+# shellcheck disable=SC2046
+$py -m vlm_ocr_lab.bench.gpu_check plan "$budget" "$@" --vllm "$vllm" --on-host $(fresh_done) \
   --data benchmarks/gpu.jsonl --data "$rows" > "$logs/plan.txt" 2>&1
 cat "$logs/plan.txt"
 starts=$(cat $work/starts 2> /dev/null || echo 0)
 for spec in "$@"; do
   left=$((budget - ($(date +%s) - t0)))
-  done_args=()
-  for f in "$work"/fresh-*; do [ -e "$f" ] && done_args+=(--fresh-done "${f##*/fresh-}"); done
+  read -r -a done_args <<< "$(fresh_done | tr '\n' ' ')"
   target=$spec skip='' kind='' generator='' checkpoint='' pages=0 estimate=0 limit=0 run_env=''
   eval "$($py -m vlm_ocr_lab.bench.gpu_check step "$spec" --left "$left" \
     --vllm "$vllm" --data benchmarks/gpu.jsonl --data "$rows" "${done_args[@]}")"
@@ -133,6 +137,8 @@ for spec in "$@"; do
   kill "$sampler" 2> /dev/null
   stop_vllm
   if [ -s "$work/row.jsonl" ]; then
+    $py -m vlm_ocr_lab.bench.gpu_check gauges "$logs/$target-$kind-metrics.txt" "$work/row.jsonl" \
+      > /dev/null 2>> "$logs/$target-$kind.txt"
     cat "$work/row.jsonl" >> "$out/gpu-rows.jsonl"
     cat "$work/row.jsonl" >> "$rows"
     say "  $($py -m vlm_ocr_lab.bench.gpu_check summary "$work/row.jsonl")"

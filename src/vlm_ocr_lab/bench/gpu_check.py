@@ -10,6 +10,7 @@ fewest pages that keep each pass at least `PASS_S` seconds at the model's last p
     python -m vlm_ocr_lab.bench.gpu_check plan BUDGET_S TARGET[:warm]...   the plan, as a table
     python -m vlm_ocr_lab.bench.gpu_check step TARGET[:warm] --left S      one run, for the shell
     python -m vlm_ocr_lab.bench.gpu_check summary ROWS.jsonl               the rows, one line each
+    python -m vlm_ocr_lab.bench.gpu_check gauges METRICS.txt ROW.jsonl     vLLM's gauges into a row
 
 (`--data FILE`, repeatable: the rows to estimate from; default the repository's data file.)
 """
@@ -19,7 +20,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import shlex
+import statistics
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -235,11 +238,51 @@ def summary(rows: list[measured.Run]) -> str:
     return "\n".join(out)
 
 
+# A line of dev/gpu/metrics.py: `t=    30s running=256 waiting=0 kv=12% vllm_processes=...`
+_GAUGES = re.compile(r"running=(\d+) waiting=(\d+) kv=(\d+)%")
+
+
+def gauges(metrics: str) -> str | None:
+    """What vLLM's gauges showed while the engine had requests: each gauge's median and range
+    over those samples (none: it never had any)."""
+    busy = [tuple(map(int, m)) for m in _GAUGES.findall(metrics) if int(m[0]) > 0]
+    if not busy:
+        return None
+
+    def gauge(i: int, unit: str = "") -> str:
+        values = [sample[i] for sample in busy]
+        lo, mid, hi = min(values), statistics.median_low(values), max(values)
+        return f"{mid}{unit}" + ("" if lo == hi else f" ({lo}-{hi}{unit})")
+
+    return (
+        f"running {gauge(0)}, waiting {gauge(1)}, KV {gauge(2, ' %')}: medians over "
+        f"{len(busy)} samples with requests"
+    )
+
+
+def add_gauges(metrics: Path, row_file: Path) -> str | None:
+    """Write the gauges into the one row of `row_file` (checked again by the data's reader)."""
+    said = gauges(metrics.read_text(encoding="utf-8", errors="replace"))
+    if said is None:
+        return None
+    row = json.loads(row_file.read_text(encoding="utf-8"))
+    line = json.dumps(row | {"gauges": said}, ensure_ascii=False)
+    measured.parse(line, str(row_file))
+    row_file.write_text(line + "\n", encoding="utf-8")
+    return said
+
+
 def _rows(paths: list[Path]) -> list[measured.Run]:
     return [r for p in paths for r in measured.runs(p)]
 
 
-def _plan_command(specs: list[str], budget_s: float, rows: list[measured.Run], vllm: str) -> str:
+def _plan_command(
+    specs: list[str],
+    budget_s: float,
+    rows: list[measured.Run],
+    vllm: str,
+    fresh_done: set[str] | None = None,
+) -> str:
     """The plan of the specs the check knows, then those it does not, each with its reason."""
     known, refused = [], []
     for spec in specs:
@@ -248,7 +291,8 @@ def _plan_command(specs: list[str], budget_s: float, rows: list[measured.Run], v
             known.append(spec)
         except ValueError as exc:
             refused.append(f"{spec}: skipped: {exc}")
-    return "\n".join([plan_table(plan(known, budget_s, rows, vllm), budget_s), *refused])
+    steps = plan(known, budget_s, rows, vllm, fresh_done)
+    return "\n".join([plan_table(steps, budget_s), *refused])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -259,26 +303,38 @@ def main(argv: list[str] | None = None) -> int:
         if name == "plan":
             q.add_argument("budget_s", type=float)
             q.add_argument("specs", nargs="+")
+            q.add_argument(
+                "--on-host",
+                action="store_true",
+                help="the plan of a call on the host: a warm start runs only after its fresh one "
+                "there (this call's, or one --fresh-done names)",
+            )
         else:
             q.add_argument("spec")
             q.add_argument("--left", type=float, required=True)
-            q.add_argument(
-                "--fresh-done",
-                action="append",
-                help="a target started fresh on this host by an earlier run (its warm start may "
-                "run)",
-            )
+        q.add_argument(
+            "--fresh-done",
+            action="append",
+            help="a target started fresh on this host by an earlier run (its warm start may run)",
+        )
         q.add_argument("--data", type=Path, action="append")
         q.add_argument("--vllm", default="", help="the engine's vLLM (0.26, 0.32): its rows first")
     sub.add_parser("summary").add_argument("rows", type=Path)
+    q = sub.add_parser("gauges")
+    q.add_argument("metrics", type=Path)
+    q.add_argument("row", type=Path)
     args = p.parse_args(argv)
     if args.command == "summary":
         print(summary(measured.runs(args.rows)))
         return 0
+    if args.command == "gauges":
+        print(add_gauges(args.metrics, args.row) or "no sample with requests")
+        return 0
     rows = _rows(args.data or [measured.DATA])
     try:
         if args.command == "plan":
-            print(_plan_command(args.specs, args.budget_s, rows, args.vllm))
+            done = set(args.fresh_done or ()) if args.on_host or args.fresh_done else None
+            print(_plan_command(args.specs, args.budget_s, rows, args.vllm, done))
             return 0
         ((s, fate),) = plan([args.spec], args.left, rows, args.vllm, set(args.fresh_done or ()))
     except ValueError as exc:

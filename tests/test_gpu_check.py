@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import os
+import re
 import shlex
 import subprocess
 import sys

@@ -44,7 +44,7 @@ class Target:
     """What the check can run: a checkpoint's shapes and how the GPU host makes them."""
 
     name: str
-    #: `dev/gpu/make_dummy_model.py`'s FAMILY for it
+    #: `dev/gpu/make_dummy_model.py`'s first argument for it (a family, or an example's name)
     generator: str
     checkpoint: str
     #: assumed before a row of it exists: its fresh start and its pace (its goal, where known)
@@ -70,11 +70,12 @@ TARGETS = {
             15.0,
             {"0.26": {"TF516": "1"}},
         ),
-        # Qwen3.5 shapes (gated-delta-net layers, autotuned at a fresh start, like Chandra 2)
+        # Qwen3.5 shapes (gated-delta-net layers, autotuned at a fresh start, like Chandra 2); the
+        # generator takes an example config's name as well as a family's
         Target(
-            "lighton-ocr-3-0.8b", "lighton-ocr-3-0.8b", "lightonai/LightOnOCR-3-0.8B", 240.0, 10.0
+            "lighton-ocr-3-0.8b", "lightonocr-3-0.8b", "lightonai/LightOnOCR-3-0.8B", 240.0, 10.0
         ),
-        Target("lighton-ocr-3-4b", "lighton-ocr-3-4b", "lightonai/LightOnOCR-3-4B", 280.0, 5.0),
+        Target("lighton-ocr-3-4b", "lightonocr-3-4b", "lightonai/LightOnOCR-3-4B", 280.0, 5.0),
     )
 }
 

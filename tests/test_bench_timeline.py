@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import time
 
+from vlm_ocr.errors import EngineError
 from vlm_ocr_lab.bench.pipeline import Timeline
 from vlm_ocr_lab.bench.progress import PassProgress
 
@@ -84,6 +85,30 @@ def test_progress_says_pages_pace_time_left_and_requests_in_flight() -> None:
 
 
 SAFETY_S = 600  # a wait that ends long before; only a broken reporter runs into it
+
+
+def test_failed_requests_are_counted_by_reason_and_never_paced() -> None:
+    class Failing:
+        async def ask(self, page: int) -> int:
+            if page % 2:
+                raise EngineError(f"the engine server did not answer: ReadError('') ({page} tries)")
+            return page
+
+    engine = Failing()
+
+    async def run() -> Timeline:
+        timeline = Timeline(engine)
+        try:
+            await asyncio.gather(*(engine.ask(n) for n in range(4)), return_exceptions=True)
+        finally:
+            timeline.close()
+        return timeline
+
+    timeline = asyncio.run(run())
+    assert timeline.ok == 2 and len(timeline.spans) == 4
+    # one reason, whatever the tries
+    assert timeline.failures == {"the engine server did not answer: ReadError('')": 2}
+    assert timeline.in_flight() == 0
 
 
 def test_progress_lines_come_while_a_run_goes_and_stop_with_it(capsys) -> None:

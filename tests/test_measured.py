@@ -58,3 +58,12 @@ def test_the_latest_run_at_defaults_is_told_from_one_with_overrides() -> None:
     assert measured.latest("f", rows=rows).commit == "a"  # type: ignore[union-attr]
     assert measured.latest("f", overrides={"X": 1}, rows=rows).commit == "b"  # type: ignore[union-attr]
     assert measured.latest("g", rows=rows) is None
+
+
+def test_the_latest_run_of_one_checkpoint_of_a_family() -> None:
+    rows = [
+        measured.parse(_row(family="qwen-vl", model="org/AWQ", commit="a")),
+        measured.parse(_row(family="qwen-vl", model="org/FP8", commit="b")),
+    ]
+    assert measured.latest("qwen-vl", rows=rows).commit == "b"  # type: ignore[union-attr]
+    assert measured.latest("qwen-vl", model="org/AWQ", rows=rows).commit == "a"  # type: ignore[union-attr]

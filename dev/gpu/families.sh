@@ -9,9 +9,11 @@
 #        warm    a second worker start on the caches the first published (PAGES pages, no direct)
 #        fast    START_MODE=fast: its start and its pages/s (PAGES pages, then the direct path)
 #        makers  the same pages through the worker to a server started with its makers' flags
-# Output: $OUT/FAMILY-PHASE.txt (the bench's figures and the worker's log) and
-# $OUT/FAMILY-PHASE-metrics.txt (vLLM's running/waiting/KV gauges and open files, every 10 s).
-# Settings in the environment are the worker's (API_SERVER_COUNT=4, ...).
+# Output: $OUT/FAMILY-PHASE.txt (the bench's figures and the worker's log),
+# $OUT/FAMILY-PHASE-metrics.txt (vLLM's running/waiting/KV gauges and open files, every 10 s), and
+# for worker, warm and fast the run's row in $OUT/gpu-rows.jsonl (benchmarks/gpu.jsonl's schema;
+# COMMIT=<hash> names the commit). Settings in the environment are the worker's
+# (API_SERVER_COUNT=4, ...). For every family in one lease, dev/gpu/check.sh plans the runs.
 set -u
 family=$1 phase=$2 pages=${3:-128}
 A=/tmp/acc
@@ -28,15 +30,19 @@ out=${OUT:-/tmp}/$family-$phase.txt
 metrics=${OUT:-/tmp}/$family-$phase-metrics.txt
 port=${PORT:-8765}
 export MODEL_NAME=$dir VLLM_PORT=$port LOG_LEVEL=${LOG_LEVEL:-INFO}
+checkpoint=$(python3 -c "from vlm_ocr_lab.bench.gpu_check import TARGETS; \
+print(TARGETS['$family'].checkpoint)")
 bench=(python3 -m vlm_ocr_lab bench --pages $((pages / 2)) --jobs 2 --output-tokens 800 --gpu-price 3.99
   --progress 15)
+record=(--record "${OUT:-/tmp}/gpu-rows.jsonl" --commit "${COMMIT:-unknown}" --model "$checkpoint"
+  --note "dev/gpu/families.sh $family $phase")
 python3 dev/gpu/metrics.py $port 10 > "$metrics" 2>&1 &
 sampler=$!
 
 case "$phase" in
-  worker) timeout "${LIMIT:-560}" "${bench[@]}" --direct > "$out" 2>&1 ;;
-  warm) timeout "${LIMIT:-300}" "${bench[@]}" > "$out" 2>&1 ;;
-  fast) START_MODE=fast timeout "${LIMIT:-400}" "${bench[@]}" --direct > "$out" 2>&1 ;;
+  worker) timeout "${LIMIT:-560}" "${bench[@]}" "${record[@]}" --direct > "$out" 2>&1 ;;
+  warm) timeout "${LIMIT:-300}" "${bench[@]}" "${record[@]}" > "$out" 2>&1 ;;
+  fast) START_MODE=fast timeout "${LIMIT:-400}" "${bench[@]}" "${record[@]}" --direct > "$out" 2>&1 ;;
   makers)
     # the makers' own `vllm serve` line (with dummy weights), as their tools start it
     case "$family" in
@@ -73,6 +79,12 @@ case "$phase" in
 esac
 echo "exit $?" >> "$out"
 kill $sampler 2> /dev/null
-# nothing of this phase may hold the port or the GPU for the next one
-pkill -f "vllm.entrypoints" 2> /dev/null; sleep 2; pkill -9 -f "vllm.entrypoints" 2> /dev/null
+# nothing of this phase may hold the port or the GPU for the next one: vLLM's processes, by PID
+vllm_pids() { ps -eo pid=,args= | awk '/vllm\.entrypoints|VLLM::/ && !/awk/ {print $1}'; }
+pids=$(vllm_pids)
+# shellcheck disable=SC2086
+[ -n "$pids" ] && kill $pids 2> /dev/null && sleep 3
+pids=$(vllm_pids)
+# shellcheck disable=SC2086
+[ -n "$pids" ] && kill -9 $pids 2> /dev/null
 true

@@ -56,7 +56,8 @@ class Run:
     pages: int
     failed: int
     failed_by_reason: dict[str, int]
-    #: pages that came back `ok` per second through the worker (None: no pace, e.g. all failed)
+    #: pages that came back `ok` per second through the worker, the last pass's (None: no pace,
+    #: e.g. all failed); `pages` and `failed` count every pass
     pages_per_s: float | None
     #: the same pages sent straight to the engine's server (None: not measured)
     direct_pages_per_s: float | None
@@ -64,6 +65,9 @@ class Run:
     #: the checkpoint whose shapes ran (dummy weights), and anything else a reader must know
     model: str = ""
     note: str = ""
+    #: keys beyond these: how the bench ran (`jobs`, `output_tokens`, `bench_settings`), what the
+    #: engine started with (`api_server_count`, `start_mode`, `caches`, `compile_cache`), vLLM's
+    #: gauges meanwhile (`gauges`), why a start failed (`start_error`), a cut run (`cut`)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -120,13 +124,18 @@ def latest(
     start: Start = "fresh",
     overrides: dict[str, Any] | None = None,
     rows: list[Run] | None = None,
+    model: str | None = None,
 ) -> Run | None:
-    """The newest run of a family with these overrides ({} : at its defaults)."""
+    """The newest run of a family with these overrides ({} : at its defaults); with `model`,
+    of that checkpoint only (a family's rows may be of several: Qwen3-VL AWQ, FP8, 8B)."""
     want = overrides or {}
     found = [
         r
         for r in (runs() if rows is None else rows)
-        if r.family == family and r.start == start and r.overrides == want
+        if r.family == family
+        and r.start == start
+        and r.overrides == want
+        and (model is None or r.model == model)
     ]
     return found[-1] if found else None
 

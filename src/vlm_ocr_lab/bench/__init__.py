@@ -13,7 +13,10 @@ from vlm_ocr.settings import Settings
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--pages", type=int, help="pages per job (default 12; with --fanout, per document: 60)"
+        "--pages",
+        type=int,
+        help="pages per job (default 12; with --fanout, per document: 60); 0: the engine's start "
+        "alone",
     )
     p.add_argument("--jobs", type=int, default=1, help="jobs run at once (default 1)")
     p.add_argument(
@@ -62,7 +65,43 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="also print what a million pages cost at this GPU price per hour (all the "
         "worker's GPUs together)",
     )
+    p.add_argument(
+        "--time-limit",
+        type=float,
+        metavar="SECONDS",
+        help="end the passes and the direct path this many seconds after the bench began: "
+        "what is not done by then counts as failed (cut), so a run on a lent GPU still says "
+        "what it measured",
+    )
+    _record_arguments(p)
     _other_benchmarks(p)
+
+
+def _record_arguments(p: argparse.ArgumentParser) -> None:
+    """--record: the run as one row of the GPU figures' data file (`vlm_ocr_lab.measured`)."""
+    p.add_argument(
+        "--record",
+        type=Path,
+        metavar="FILE",
+        help="append the run to FILE as one JSON row of the GPU figures' data "
+        "(benchmarks/gpu.jsonl's schema), checked before it is written",
+    )
+    p.add_argument(
+        "--commit",
+        help="--record: the commit that ran (default: git's HEAD here, else 'unknown')",
+    )
+    p.add_argument(
+        "--model",
+        help="--record: the checkpoint whose shapes ran (default: MODEL_NAME; a dummy-weight "
+        "folder names its checkpoint here)",
+    )
+    p.add_argument(
+        "--start",
+        choices=("fresh", "warm"),
+        help="--record: the start's kind (default: warm when the engine reused caches on the "
+        "volume or hit its compile cache, else fresh)",
+    )
+    p.add_argument("--note", default="", help="--record: what a reader of the row must know")
 
 
 def _other_benchmarks(p: argparse.ArgumentParser) -> None:
@@ -105,6 +144,13 @@ def _other_benchmarks(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--slow-s", type=float, default=2.0, help="--instant-engine: how slow, s (default 2)"
     )
+    p.add_argument(
+        "--spare",
+        type=int,
+        default=0,
+        help="--instant-engine: the first N requests are answered at once, never lost (1: the "
+        "warm-up page, so the worker starts and its pages meet the faults; default 0)",
+    )
 
 
 def bench_command(settings: Settings, args: argparse.Namespace) -> int:
@@ -130,5 +176,6 @@ def bench_command(settings: Settings, args: argparse.Namespace) -> int:
         )
     from vlm_ocr_lab.bench.pipeline import bench_main
 
-    args.pages = args.pages or 12
+    if args.pages is None:
+        args.pages = 12
     return asyncio.run(bench_main(settings, args))

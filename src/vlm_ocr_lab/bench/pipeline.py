@@ -22,6 +22,7 @@ import time
 import urllib.request
 from collections import Counter
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,12 +30,12 @@ from vlm_ocr import samples
 from vlm_ocr.contract import JobResult, PageReport
 from vlm_ocr.engines.base import EngineOptions
 from vlm_ocr.engines.factory import make_engine
-from vlm_ocr.engines.vllm.logs import summary as start_summary
 from vlm_ocr.errors import EngineError
 from vlm_ocr.images import PageImage
 from vlm_ocr.pipeline.render import render_pdf_page
 from vlm_ocr.pipeline.worker import build_worker
 from vlm_ocr.settings import Settings
+from vlm_ocr_lab.bench.report import print_failures_first, print_report
 
 from .progress import PassProgress
 
@@ -73,7 +74,9 @@ def percentile(values: list[float], q: float) -> float:
 
 
 async def bench_main(settings: Settings, args: argparse.Namespace) -> int:
-    """Run the passes (and the direct path), print the figures; 1 when any page failed."""
+    """Run the passes (and the direct path) and print the figures, failed pages first; 1 when
+    any page failed or the engine did not start. With `--record FILE`, the run is appended to
+    FILE as one row of the GPU figures' data (`vlm_ocr_lab.measured`)."""
     with contextlib.ExitStack() as stack:
         if args.loopback_s3:
             from vlm_ocr_lab.standins.loopback_s3 import LoopbackS3
@@ -90,37 +93,91 @@ async def bench_main(settings: Settings, args: argparse.Namespace) -> int:
             return 2
         tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="vlm-ocr-bench-"))
         out = None if use_bucket else (args.out or Path(tmp))
+        deadline = Deadline.after(args.time_limit)
         t0 = time.perf_counter()
         engine = make_engine(settings, EngineOptions(exact_output_tokens=args.output_tokens))
         worker = build_worker(settings, engine, out_dir=out)
-        await worker.start()
-        cold_start = time.perf_counter() - t0
+        run = Run()
         try:
-            # Later passes run on an engine that has seen the workload: a first pass slower
-            # than the next is start-up work the warm-up page did not do.
-            passes = [
-                await run_bench(
-                    worker,
-                    pages=args.pages,
-                    jobs=args.jobs,
-                    second_opinion=args.second_opinion,
-                    series=n,
-                    progress_s=args.progress,
-                )
-                for n in range(args.passes)
-            ]
-            figures = passes[-1] | {"earlier_passes": passes[:-1]}
-            if args.direct:
-                try:
-                    figures["direct"] = await _direct(worker, args)
-                except EngineError as exc:  # the engine died: the passes' figures still count
-                    figures["direct"] = {"skipped": f"the engine failed: {exc}"}
+            await _start_and_measure(worker, args, deadline, t0, run)
         finally:
             await worker.close()
-        if soak is not None:
-            figures["instant_engine"] = soak.stats()
-    print_report(figures, worker.engine_facts(), cold_start, worker.store.kind, args.gpu_price)
-    return 0 if all(p["failed"] == 0 for p in passes) else 1
+        if soak is not None and run.figures:
+            run.figures["instant_engine"] = soak.stats()
+    facts = worker.engine_facts()
+    failed = print_failures_first(run.figures, run.figures.get("direct", {}), run.start_error)
+    if run.start_error is None:
+        print_report(run.figures, facts, run.cold_start, worker.store.kind, args.gpu_price)
+    if args.record:
+        from vlm_ocr_lab.bench.record import append, row
+
+        family = facts.get("family") or getattr(getattr(engine, "family", None), "name", None)
+        data = row(run, facts, args, settings, os.environ, family or facts["name"])
+        written = append(args.record, data)
+        print(f"recorded: one row appended to {args.record} ({written})")
+    return 1 if failed else 0
+
+
+@dataclass
+class Run:
+    """What a run came to: its figures (the last pass's, with the earlier passes and the direct
+    path inside), the start, or why the engine did not start."""
+
+    figures: dict[str, Any] = field(default_factory=dict)
+    cold_start: float = 0.0
+    start_error: str | None = None
+
+
+@dataclass(frozen=True)
+class Deadline:
+    """`--time-limit`: when the run's passes and direct path must end (None: never)."""
+
+    at: float | None
+
+    @classmethod
+    def after(cls, seconds: float | None) -> Deadline:
+        return cls(time.perf_counter() + seconds if seconds else None)
+
+    def left(self) -> float | None:
+        return None if self.at is None else max(0.0, self.at - time.perf_counter())
+
+
+async def _start_and_measure(
+    worker: Any, args: argparse.Namespace, deadline: Deadline, t0: float, run: Run
+) -> None:
+    try:
+        await worker.start()
+    except EngineError as exc:  # the start's own reason, in one line: the log has the rest
+        run.start_error = str(exc).splitlines()[0]
+        return
+    run.cold_start = time.perf_counter() - t0
+    if not args.pages:  # --pages 0: the start alone
+        return
+    # Later passes run on an engine that has seen the workload: a first pass slower than the
+    # next is start-up work the warm-up page did not do.
+    passes = []
+    for n in range(args.passes):
+        passes.append(
+            await run_bench(
+                worker,
+                pages=args.pages,
+                jobs=args.jobs,
+                second_opinion=args.second_opinion,
+                series=n,
+                progress_s=args.progress,
+                time_left=deadline.left(),
+            )
+        )
+    run.figures = passes[-1] | {"earlier_passes": passes[:-1]}
+    if not args.direct:
+        return
+    if deadline.left() == 0:
+        run.figures["direct"] = {"skipped": "no time left within --time-limit"}
+        return
+    try:
+        run.figures["direct"] = await _direct(worker, args, deadline.left())
+    except EngineError as exc:  # the engine died: the passes' figures still count
+        run.figures["direct"] = {"skipped": f"the engine failed: {exc}"}
 
 
 class SoakEngine:
@@ -144,7 +201,7 @@ def instant_engine(args: argparse.Namespace) -> Iterator[SoakEngine]:
         "--faults",
         str(args.faults),
     ]
-    argv += ["--slow", str(args.slow), "--slow-s", str(args.slow_s)]
+    argv += ["--slow", str(args.slow), "--slow-s", str(args.slow_s), "--spare", str(args.spare)]
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
@@ -171,6 +228,8 @@ class Timeline:
     def __init__(self, engine: Any) -> None:
         self.spans: list[tuple[float, float]] = []
         self.sent = 0
+        self.failures: Counter[str] = Counter()
+        self.ok = 0  # requests answered
         self.t0 = time.perf_counter()
         self._engine, self._ask = engine, getattr(engine, "ask", None)
         if self._ask is not None:
@@ -180,9 +239,14 @@ class Timeline:
         sent = time.perf_counter()
         self.sent += 1
         try:
-            return await self._ask(*args, **kwargs)
-        finally:
+            answer = await self._ask(*args, **kwargs)
+        except EngineError as exc:  # its reason, for a run that was cut or a direct path
+            self.failures[reason(str(exc))] += 1
+            raise
+        finally:  # a request cancelled by a cut run was in flight too
             self.spans.append((sent, time.perf_counter()))
+        self.ok += 1
+        return answer
 
     def in_flight(self) -> int | None:
         """Requests sent and not answered yet; None for an engine without requests to see."""
@@ -228,8 +292,10 @@ async def run_bench(
     second_opinion: bool = False,
     series: int = 0,
     progress_s: float = 0.0,
+    time_left: float | None = None,
 ) -> dict[str, Any]:
-    """One pass of `jobs` jobs of `pages` pages; pass `series` n for the n-th pass of a run."""
+    """One pass of `jobs` jobs of `pages` pages; pass `series` n for the n-th pass of a run.
+    Jobs not done after `time_left` seconds are cut: their pages count as failed."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
 
     def job(j: int) -> dict[str, Any]:
@@ -258,7 +324,7 @@ async def run_bench(
         return await worker.run(f"bench-{j}", bench_jobs[j], progress.page_done)
 
     try:
-        results = await asyncio.gather(*(one(j) for j in range(jobs)))
+        results, cut = await _until([one(j) for j in range(jobs)], time_left)
     finally:
         progress.close()
         timeline.close()
@@ -268,18 +334,16 @@ async def run_bench(
     models_cpu = cpu_seconds(worker.cpu_models.pool.pids()) - models0
     page_reports = [p for r in results for p in r.pages]
     per_stage = {s: [p.timings[s] for p in page_reports if s in p.timings] for s in STAGES}
-    return {
-        "pages": len(page_reports),
-        "failed": sum(p.status != "ok" for p in page_reports) + sum(not r.pages for r in results),
+    done = max(1, len(page_reports))
+    counts = _outcomes(results, timeline, pages * jobs, cut=cut)
+    return counts | {
         "wall_s": wall,
-        "pages_per_s": len(page_reports) / wall if wall else 0.0,
+        "pages_per_s": counts["ok"] / wall if counts["ok"] and wall else None,
         "output_tokens_per_s": sum(p.output_tokens or 0 for p in page_reports) / wall,
-        "worker_cpu_ms_per_page": 1000 * cpu / max(1, len(page_reports)),
-        "render_cpu_ms_per_page": 1000 * pool_cpu / max(1, len(page_reports)),
-        "cpu_models_cpu_ms_per_page": 1000 * models_cpu / max(1, len(page_reports)),
+        "worker_cpu_ms_per_page": 1000 * cpu / done,
+        "render_cpu_ms_per_page": 1000 * pool_cpu / done,
+        "cpu_models_cpu_ms_per_page": 1000 * models_cpu / done,
         "review": sum(bool(p.review) for p in page_reports),
-        "failures": failure_reasons(page_reports)
-        + Counter(f"job: {r.error}" for r in results if not r.pages),
         "sent_again": sum(resent(p) for p in page_reports),
         "pages_sent_again": sum(resent(p) > 0 for p in page_reports),
         # after every job's last step (the whole-document pass too): passes that stay level
@@ -294,13 +358,64 @@ async def run_bench(
     }
 
 
+CUT = "not done within --time-limit (the run was cut)"
+
+
+async def _until(calls: list[Any], time_left: float | None) -> tuple[list[Any], bool]:
+    """Run the calls at once; those not done after `time_left` seconds are cancelled. Their
+    results in order (of those done), and whether any was cut."""
+    tasks = [asyncio.ensure_future(c) for c in calls]
+    done, pending = await asyncio.wait(tasks, timeout=time_left)
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+    return [t.result() for t in tasks if t in done], bool(pending)
+
+
+def _outcomes(
+    results: Sequence[JobResult], timeline: Timeline, planned: int, *, cut: bool
+) -> dict[str, Any]:
+    """Pages (those the pass was to read), ok, blank and failed by reason. A job that failed
+    as a whole fails all its pages. A pass that was cut counts the engine's answers instead,
+    its jobs' reports never having come."""
+    if cut:
+        ok = min(planned, timeline.ok)
+        failed = planned - ok
+        seen = timeline.failures.total()
+        failures = timeline.failures + Counter({CUT: failed - seen}) if seen <= failed else None
+        return {
+            "pages": planned,
+            "ok": ok,
+            "blank": 0,
+            "failed": failed,
+            "failures": +(failures or Counter({CUT: failed})),
+            "cut": True,
+        }
+    reports = [p for r in results for p in r.pages]
+    per_job = planned // max(1, len(results))
+    failures = failure_reasons(reports)
+    for r in results:
+        if not r.pages:
+            failures[f"job: {r.error}"] += per_job
+    return {
+        "pages": planned,
+        "ok": sum(p.status == "ok" for p in reports),
+        "blank": sum(p.status == "blank" for p in reports),
+        "failed": failures.total(),
+        "failures": failures,
+    }
+
+
 def failure_reasons(pages: Sequence[PageReport]) -> Counter[str]:
     """Failed pages by reason: the stage and the message, less the tries it took."""
-    return Counter(
-        f"{p.error_stage}: " + re.sub(r" \(\d+ tries\)", "", p.error or "")[:200]
-        for p in pages
-        if p.status == "failed"
-    )
+    failed = (p for p in pages if p.status == "failed")
+    return Counter(f"{p.error_stage}: {reason(p.error or '')}" for p in failed)
+
+
+def reason(message: str) -> str:
+    """A failure's reason: its first line, less the tries it took."""
+    first = message.splitlines()[0] if message else ""
+    return re.sub(r" \(\d+ tries\)", "", first)[:200]
 
 
 def resent(page: PageReport) -> int:
@@ -312,9 +427,12 @@ def peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-async def _direct(worker: Any, args: argparse.Namespace) -> dict[str, Any]:
+async def _direct(
+    worker: Any, args: argparse.Namespace, time_left: float | None = None
+) -> dict[str, Any]:
     """The same number of pages straight to the engine's server, at the worker's concurrency,
-    first attempt only: the baseline that shows the worker's overhead."""
+    first attempt only: the baseline that shows the worker's overhead. A request that fails is
+    counted by its reason, never in the pace."""
     engine = worker.engine
     if not hasattr(engine, "ask"):
         return {"skipped": f"the {engine.facts.name} engine has no server to call directly"}
@@ -343,153 +461,31 @@ async def _direct(worker: Any, args: argparse.Namespace) -> dict[str, Any]:
     async def one(page: PageImage) -> None:
         async with gate:
             t0 = time.perf_counter()
-            answer = await engine.ask(page.png, prompt, engine.attempts[0])
-            latencies.append(time.perf_counter() - t0)
-            tokens.append(answer.output_tokens or 0)
+            with contextlib.suppress(EngineError):  # the timeline has its reason
+                answer = await engine.ask(page.png, prompt, engine.attempts[0])
+                latencies.append(time.perf_counter() - t0)
+                tokens.append(answer.output_tokens or 0)
             progress.page_done()
 
     try:
-        await asyncio.gather(*(one(p) for p in pages))
+        _, cut = await _until([one(p) for p in pages], time_left)
     finally:
         progress.close()
         timeline.close()
     end = time.perf_counter()
     wall = end - timeline.t0
+    ok = len(latencies)
+    failures = timeline.failures + Counter({CUT: count - ok - timeline.failures.total()})
     return {
         "pages": count,
+        "ok": ok,
+        "failed": count - ok,
+        "failures": +failures,
+        "cut": cut,
         "timeline": timeline.figures(end),
         "wall_s": wall,
-        "pages_per_s": count / wall,
+        "pages_per_s": ok / wall if ok and wall else None,
         "output_tokens_per_s": sum(tokens) / wall,
         "p50": percentile(latencies, 50),
         "p95": percentile(latencies, 95),
     }
-
-
-def print_report(
-    fig: dict[str, Any],
-    engine: dict[str, Any],
-    cold_start: float,
-    store: str,
-    gpu_price: float | None = None,
-) -> None:
-    print(
-        f"engine: {engine['name']} {engine['version']} model={engine.get('model')} "
-        f"concurrency={engine['concurrency']}  store: {store}"
-    )
-    print(f"cold start (start + warm-up): {cold_start:.2f} s", end="")
-    if "spawn_to_healthy_s" in engine:
-        print(
-            f"  = spawn to healthy {engine['spawn_to_healthy_s']:.2f} s"
-            f" + warm-up page {engine['warmup_s']:.2f} s",
-            end="",
-        )
-    print()
-    print_start(engine)
-
-    def totals(p: dict[str, Any]) -> str:
-        return (
-            f"pages: {p['pages']}  failed: {p['failed']}  wall: {p['wall_s']:.2f} s  "
-            f"pages/s: {p['pages_per_s']:.2f}  output tokens/s: {p['output_tokens_per_s']:.0f}"
-        )
-
-    earlier = fig.get("earlier_passes", [])
-    for n, p in enumerate(earlier, 1):
-        print(f"pass {n}: {totals(p)}")
-        print_timeline(f"pass {n}", p)
-    print((f"pass {len(earlier) + 1}: " if earlier else "") + totals(fig))
-    print(
-        f"CPU per page: worker process (event loop, HTTP, JSON, store; and the CPU engine) "
-        f"{fig['worker_cpu_ms_per_page']:.1f} ms, render processes "
-        f"{fig['render_cpu_ms_per_page']:.1f} ms"
-        + (
-            f", CPU-model processes (orientation, second opinion) "
-            f"{fig['cpu_models_cpu_ms_per_page']:.1f} ms ({fig['review']} pages to review)"
-            if fig["cpu_models_cpu_ms_per_page"]
-            else ""
-        )
-    )
-    print(f"{'stage (s/page)':<16}{'p50':>10}{'p95':>10}{'mean':>10}")
-    # total_s is each page's latency through the worker (render to stored)
-    for stage, v in fig["stages"].items():
-        print(f"{stage:<16}{v['p50']:>10.4f}{v['p95']:>10.4f}{v['mean']:>10.4f}")
-    direct = fig.get("direct")
-    if direct:
-        if "skipped" in direct:
-            print(f"direct: skipped ({direct['skipped']})")
-        else:
-            print(
-                f"direct to server: pages/s {direct['pages_per_s']:.2f}  output tokens/s "
-                f"{direct['output_tokens_per_s']:.0f}  latency p50 "
-                f"{direct['p50']:.3f} s p95 {direct['p95']:.3f} s  "
-                f"worker/direct pages/s ratio {fig['pages_per_s'] / direct['pages_per_s']:.2f}"
-            )
-    print_timeline("worker", fig)
-    print_timeline("direct", direct or {})
-    print_faults(fig)
-    if gpu_price:
-        print_cost(gpu_price, fig, direct or {})
-
-
-def print_start(engine: dict[str, Any]) -> None:
-    """The engine's start as vLLM's log took it apart, and what it started with."""
-    if phases := engine.get("cold_start"):
-        print(f"cold start by vLLM's log: {start_summary(phases)}")
-    if "api_server_count" in engine:
-        caches = engine.get("caches", {})
-        print(
-            f"API servers: {engine['api_server_count']}, start mode: {engine.get('start_mode')}, "
-            f"caches: {caches.get('state')}"
-            + (f" ({caches['folder']})" if "folder" in caches else "")
-        )
-
-
-def print_faults(fig: dict[str, Any]) -> None:
-    """Failed pages by reason and requests sent again (every pass together), the memory after
-    each pass, and what the soak's engine did."""
-    passes = [*fig.get("earlier_passes", []), fig]
-    for reason, count in sum((p["failures"] for p in passes), Counter()).most_common():
-        print(f"failed: {count} × {reason}")
-    print(
-        f"transport: {sum(p['sent_again'] for p in passes)} requests sent again after a "
-        f"transport failure, on {sum(p['pages_sent_again'] for p in passes)} pages"
-    )
-    first, last = passes[0]["peak_mb"], passes[-1]["peak_mb"]
-    if len(passes) == 1:
-        print(f"worker memory: peak {first:.0f} MB")
-    else:
-        print(
-            f"worker memory: peak {first:.0f} MB after pass 1 ({passes[0]['pages']:,} pages), "
-            f"{last:.0f} MB after pass {len(passes)} ({sum(p['pages'] for p in passes):,} pages "
-            f"in all): {100 * (last / first - 1):+.1f} %"
-        )
-    if stats := fig.get("instant_engine"):
-        lost = {k.removeprefix("fault "): v for k, v in sorted(stats.items()) if "fault" in k}
-        print(
-            f"instant engine: {stats.get('requests', 0):,} requests, "
-            f"{sum(lost.values()):,} lost on the way ("
-            + ", ".join(f"{k} {v}" for k, v in lost.items())
-            + f"), {stats.get('slow', 0):,} answered slowly"
-        )
-
-
-def print_cost(price: float, fig: dict[str, Any], direct: dict[str, Any]) -> None:
-    """What a million pages cost at `price` US$ an hour for the worker's GPUs."""
-
-    def per_million(pages_per_s: float) -> float:
-        return price * 1e6 / (pages_per_s * 3600)
-
-    line = f"cost at US${price:g}/hour: US${per_million(fig['pages_per_s']):,.2f} per million pages"
-    if direct.get("pages_per_s"):
-        line += f" (direct path US${per_million(direct['pages_per_s']):,.2f})"
-    print(line)
-
-
-def print_timeline(name: str, figures: dict[str, Any]) -> None:
-    if t := figures.get("timeline"):
-        print(
-            f"{name} timeline: first request at {t['first_request_s']:.2f} s, end "
-            f"{t['after_last_answer_s']:.2f} s after the last answer, requests in flight "
-            f"{t['mean_in_flight']:.1f} on average, {t['peak_in_flight']} at most "
-            f"from {t['peak_from_s']:.2f} s to {t['peak_until_s']:.2f} s"
-        )

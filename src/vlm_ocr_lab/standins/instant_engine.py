@@ -98,7 +98,9 @@ def image_digest(request: dict[str, Any]) -> str:
 
 class InstantEngine(LoopbackHTTP):
     """The server, on a thread of its own. `faults`: the share of requests lost on the way (one
-    of `kinds`, chosen at random); `slow`: the share answered after `slow_s` seconds."""
+    of `kinds`, chosen at random); `slow`: the share answered after `slow_s` seconds; `spare`:
+    the first requests answered at once whatever `faults` and `slow` say (the worker's warm-up
+    page, so that a worker starts on an engine that then fails or stalls its pages)."""
 
     def __init__(
         self,
@@ -108,8 +110,10 @@ class InstantEngine(LoopbackHTTP):
         slow_s: float = 2.0,
         kinds: tuple[str, ...] = FAULTS,
         seed: int = 0,
+        spare: int = 0,
     ) -> None:
         self.faults, self.slow, self.slow_s, self.kinds = faults, slow, slow_s, kinds
+        self.spare = spare
         self.random = random.Random(seed)
         self.stats: Counter[str] = Counter()
         self._lock = threading.Lock()
@@ -155,6 +159,9 @@ class InstantEngine(LoopbackHTTP):
         """This request's fate: the fault it meets (or None), and whether it is slow."""
         with self._lock:
             self.stats["requests"] += 1
+            if self.stats["requests"] <= self.spare:
+                self.stats["instant"] += 1
+                return None, False
             if self.random.random() < self.faults:
                 kind = self.random.choice(self.kinds)
                 self.stats[f"fault {kind}"] += 1
@@ -170,8 +177,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--slow", type=float, default=0.0, help="share of answers that are slow")
     parser.add_argument("--slow-s", type=float, default=2.0, help="how slow, in seconds")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--spare", type=int, default=0, help="first requests answered at once")
     args = parser.parse_args(argv)
-    server = InstantEngine(faults=args.faults, slow=args.slow, slow_s=args.slow_s, seed=args.seed)
+    server = InstantEngine(
+        faults=args.faults, slow=args.slow, slow_s=args.slow_s, seed=args.seed, spare=args.spare
+    )
     print(server.url, flush=True)
     sys.stdin.read()  # until the parent closes our input (or ends us)
     server.close()

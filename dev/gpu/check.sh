@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# The GPU check of one lease: each target's fresh start at its defaults with a bench of the
+# worker and the direct path (at least 128 pages, at least 30 s a pass, 800 output tokens a page),
+# and second starts on the warm volume, one row a run of benchmarks/gpu.jsonl's schema. One call
+# of the GPU host runs the targets it is given within BUDGET_S seconds: a run that would not fit
+# in what is left is skipped (and said so), every vLLM process is ended between runs, and the
+# call ends with about 30 s to spare. Pages and time per run are planned by
+# `python -m vlm_ocr_lab.bench.gpu_check` from the data file's last row of each model.
+#
+# On the GPU host, from the project's root (the bundle in /tmp/acc, see dev/gpu/env.sh):
+#   COMMIT=<the commit's short hash> [VLLM=0.26|0.32] [LABEL=call1] \
+#     bash dev/gpu/check.sh BUDGET_S TARGET[:warm]...
+# Here, the plan alone with each run's estimate (nothing runs):
+#   DRY_RUN=1 bash dev/gpu/check.sh 560 lighton-ocr olmocr olmocr:warm
+# TARGET: qwen-vl olmocr chandra dots-ocr lighton-ocr lighton-ocr-3-0.8b lighton-ocr-3-4b;
+# TARGET:warm is its second start, after its fresh one on the same host (this call or an
+# earlier one while the host stayed up).
+#
+# What comes back in $OUT (3 files; at most 8 come back a call):
+#   gpu-rows.jsonl      this call's rows: append them to benchmarks/gpu.jsonl
+#   check-LABEL.tgz     each run's bench output and worker log, vLLM's gauges every 10 s
+#                       (dev/gpu/metrics.py), the plan; rewritten after each run
+#   summary.txt         one line a run (also printed)
+set -u
+budget=${1:?usage: check.sh BUDGET_S TARGET[:warm]...}
+shift
+t0=$(date +%s)
+vllm=${VLLM:-0.26}
+if [ "${DRY_RUN:-0}" = 1 ]; then
+  py=${PYTHON:-python3}
+  [ -x .venv/bin/python ] && py=${PYTHON:-.venv/bin/python}
+  PYTHONPATH=$PWD/src exec "$py" -m vlm_ocr_lab.bench.gpu_check plan "$budget" "$@" \
+    --vllm "$vllm" --data benchmarks/gpu.jsonl
+fi
+A=${ACC:-/tmp/acc}  # where the bundle is unpacked (dev/gpu/env.sh)
+out=${OUT:?set OUT: the folder whose files come back}
+label=${LABEL:-call-$(date +%H%M%S)}
+work=$A/check
+logs=$work/logs-$label
+mkdir -p "$logs"
+rows=$work/rows.jsonl  # every row of this lease so far: later calls plan from them too
+port=${PORT:-8765}
+commit=${COMMIT:-unknown}
+py=python3
+[ "$commit" = unknown ] && echo "COMMIT is not set: the rows will say commit 'unknown'" >&2
+
+say() { echo "$*" | tee -a "$out/summary.txt"; }
+
+pack() {  # everything of this call so far, in one file
+  tar -czf "$out/.check-$label.tmp" -C "$work" "logs-$label" && \
+    mv "$out/.check-$label.tmp" "$out/check-$label.tgz"
+}
+
+vllm_pids() {  # vLLM's processes, by their command lines (its own rename them VLLM::...)
+  ps -eo pid=,args= | awk '/vllm\.entrypoints|VLLM::/ && !/awk/ {print $1}'
+}
+
+stop_vllm() {  # nothing of a run may hold the port or the GPU for the next one
+  local pids n
+  pids=$(vllm_pids)
+  [ -z "$pids" ] && return 0
+  # shellcheck disable=SC2086
+  kill $pids 2> /dev/null
+  for n in $(seq 15); do [ -z "$(vllm_pids)" ] && break; sleep 1; done
+  pids=$(vllm_pids)
+  # shellcheck disable=SC2086
+  [ -n "$pids" ] && kill -9 $pids 2> /dev/null
+  for n in $(seq 30); do  # the GPU's memory given back
+    [ -z "$(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2> /dev/null)" ] && break
+    sleep 1
+  done
+}
+
+make_model() {  # $1 generator family, $2 folder
+  [ -d "$2" ] && return 0
+  if python3 dev/gpu/make_dummy_model.py "$1" "$2" > "$logs/make-$1.txt" 2>&1; then return 0; fi
+  rm -rf "$2"
+  if [ "$1" = qwen-vl ] && [ -f $A/make_dummy_qwen3vl.py ]; then  # the shared generator
+    PYTHONPATH=$A/site python3 $A/make_dummy_qwen3vl.py "$2" --awq >> "$logs/make-$1.txt" 2>&1 \
+      && return 0
+    rm -rf "$2"
+  fi
+  return 1
+}
+
+run_one() {  # in a subshell: the run's own environment, and env.sh sourced with it
+  local dir=$1 log=$2 n=$3 pages_args
+  # shellcheck disable=SC2086
+  [ -n "$run_env" ] && export $run_env
+  . dev/gpu/env.sh
+  if [ "$kind" = fresh ]; then
+    pages_args=(--pages $((pages / 2)) --jobs 2 --direct)
+  else
+    pages_args=(--pages 0 --jobs 1)
+  fi
+  MODEL_NAME=$dir VLLM_PORT=$port timeout -k 5 $((limit + 20)) \
+    $py -m vlm_ocr_lab bench "${pages_args[@]}" --output-tokens 800 --gpu-price 3.99 \
+    --progress 15 --time-limit "$limit" --record "$work/row.jsonl" --commit "$commit" \
+    --model "$checkpoint" \
+    --note "GPU check $label, its $kind run: engine start $n on this host${run_env:+, $run_env}" \
+    > "$log" 2>&1
+}
+
+. dev/gpu/env.sh  # the bundle unpacked (once), the worker's Python path: the planner imports it
+fresh_done() {  # the targets started fresh on this host so far (their warm starts may run)
+  local f
+  for f in "$work"/fresh-*; do [ -e "$f" ] && echo "--fresh-done" "${f##*/fresh-}"; done
+}
+# shellcheck disable=SC2046
+$py -m vlm_ocr_lab.bench.gpu_check plan "$budget" "$@" --vllm "$vllm" --on-host $(fresh_done) \
+  --data benchmarks/gpu.jsonl --data "$rows" > "$logs/plan.txt" 2>&1
+cat "$logs/plan.txt"
+starts=$(cat $work/starts 2> /dev/null || echo 0)
+for spec in "$@"; do
+  left=$((budget - ($(date +%s) - t0)))
+  read -r -a done_args <<< "$(fresh_done | tr '\n' ' ')"
+  target=$spec skip='' kind='' generator='' checkpoint='' pages=0 estimate=0 limit=0 run_env=''
+  eval "$($py -m vlm_ocr_lab.bench.gpu_check step "$spec" --left "$left" \
+    --vllm "$vllm" --data benchmarks/gpu.jsonl --data "$rows" "${done_args[@]}")"
+  [ -z "$skip$kind" ] && skip="skipped: the planner gave no step (see plan.txt)"
+  if [ -n "$skip" ]; then say "$spec: $skip"; continue; fi
+  dir=$A/dummy/$target
+  if ! make_model "$generator" "$dir"; then
+    say "$spec: skipped: dev/gpu/make_dummy_model.py cannot make '$generator' (logs: make-$generator.txt)"
+    pack
+    continue
+  fi
+  stop_vllm
+  starts=$((starts + 1)) && echo $starts > $work/starts
+  log=$logs/$target-$kind.txt
+  python3 dev/gpu/metrics.py "$port" 10 > "$logs/$target-$kind-metrics.txt" 2>&1 &
+  sampler=$!
+  say "$spec: $pages pages, about $estimate s, at most $((limit + 20)) s (${left} s left)"
+  rm -f "$work/row.jsonl"
+  (run_one "$dir" "$log" "$starts")
+  rc=$?
+  kill "$sampler" 2> /dev/null
+  stop_vllm
+  if [ -s "$work/row.jsonl" ]; then
+    $py -m vlm_ocr_lab.bench.gpu_check gauges "$logs/$target-$kind-metrics.txt" "$work/row.jsonl" \
+      > /dev/null 2>> "$logs/$target-$kind.txt"
+    cat "$work/row.jsonl" >> "$out/gpu-rows.jsonl"
+    cat "$work/row.jsonl" >> "$rows"
+    say "  $($py -m vlm_ocr_lab.bench.gpu_check summary "$work/row.jsonl")"
+    grep -q '"engine_ready_s": null' "$work/row.jsonl" || touch "$work/fresh-$target"
+  else
+    say "  no row: the bench exited $rc before recording (124: ended at its limit); see $target-$kind.txt"
+    tail -5 "$log" | sed 's/^/    /' | tee -a "$out/summary.txt"
+  fi
+  pack
+done
+pack
+say "check $label: done in $(($(date +%s) - t0)) s of $budget"

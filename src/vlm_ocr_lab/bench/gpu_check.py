@@ -1,0 +1,350 @@
+"""The plan of the one-lease GPU check (`dev/gpu/check.sh`): which runs fit in a call, how many
+pages each, and how long each may take, from the data file's last row of each model.
+
+A run is a target (a checkpoint's shapes, dummy weights) started `fresh` (its first start on the
+host: empty caches) or `warm` (the second start on the caches the first published, as a second
+worker on a network volume). A fresh run also benches the worker and the direct path, with the
+fewest pages that keep each pass at least `PASS_S` seconds at the model's last pace (at least
+`MIN_PAGES`, at most `MAX_PAGES`); a warm run is the start alone.
+
+    python -m vlm_ocr_lab.bench.gpu_check plan BUDGET_S TARGET[:warm]...   the plan, as a table
+    python -m vlm_ocr_lab.bench.gpu_check step TARGET[:warm] --left S      one run, for the shell
+    python -m vlm_ocr_lab.bench.gpu_check summary ROWS.jsonl               the rows, one line each
+    python -m vlm_ocr_lab.bench.gpu_check gauges METRICS.txt ROW.jsonl     vLLM's gauges into a row
+
+(`--data FILE`, repeatable: the rows to estimate from; default the repository's data file.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import shlex
+import statistics
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from vlm_ocr_lab import measured
+
+MIN_PAGES = 128  # the issue's floor: a pass of fewer pages says little about a batch of 256
+MAX_PAGES = 1024
+PASS_S = 30.0  # each pass (worker, direct) at least this long at the model's pace
+PAGE_STEP = 32  # pages in steps of this (two jobs of equal halves)
+START_MARGIN = 1.1  # a start on another host took up to 7 % longer (192.8 s and 206.0 s)
+TIME_LIMIT_MARGIN = 1.5  # the bench's --time-limit over the estimate: a slower run still ends
+OVERHEAD_S = 25.0  # the dummy folder, the jobs' PDFs, the direct path's renders, ending vLLM
+RESERVE_S = 30.0  # kept back at the end of a call: the rows and logs packed for the way back
+
+
+@dataclass(frozen=True)
+class Target:
+    """What the check can run: a checkpoint's shapes and how the GPU host makes them."""
+
+    name: str
+    #: `dev/gpu/make_dummy_model.py`'s first argument for it (a family, or an example's name)
+    generator: str
+    checkpoint: str
+    #: assumed before a row of it exists: its fresh start and its pace (its goal, where known)
+    start_s: float
+    pages_per_s: float
+    #: environment by the engine's vLLM: transformers 5.16.1 first for LightOnOCR 2 on 0.26,
+    #: whose Pixtral code imports a class transformers 5.17 renamed
+    env_by_vllm: dict[str, dict[str, str]] = field(default_factory=dict)
+
+
+TARGETS = {
+    t.name: t
+    for t in (
+        Target("qwen-vl", "qwen-vl", "QuantTrio/Qwen3-VL-32B-Instruct-AWQ", 200.0, 3.0),
+        Target("olmocr", "olmocr", "allenai/olmOCR-2-7B-1025-FP8", 180.0, 10.5),
+        Target("chandra", "chandra", "datalab-to/chandra-ocr-2", 280.0, 5.0),
+        Target("dots-ocr", "dots-ocr", "rednote-hilab/dots.mocr", 140.0, 4.0),
+        Target(
+            "lighton-ocr",
+            "lighton-ocr",
+            "lightonai/LightOnOCR-2-1B",
+            170.0,
+            15.0,
+            {"0.26": {"TF516": "1"}},
+        ),
+        # Qwen3.5 shapes (gated-delta-net layers, autotuned at a fresh start, like Chandra 2); the
+        # generator takes an example config's name as well as a family's
+        Target(
+            "lighton-ocr-3-0.8b", "lightonocr-3-0.8b", "lightonai/LightOnOCR-3-0.8B", 240.0, 10.0
+        ),
+        Target("lighton-ocr-3-4b", "lightonocr-3-4b", "lightonai/LightOnOCR-3-4B", 280.0, 5.0),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Step:
+    """One run of the check: what to run, how many pages, and its time."""
+
+    target: Target
+    start: measured.Start
+    pages: int  # in all, over the jobs; 0 for the start alone
+    start_s: float  # the start expected
+    passes_s: float  # the worker pass and the direct path expected
+    #: from a row of the data ("row of 2026-12-01 at 1c0a249") or the target's own guess
+    basis: str
+    env: dict[str, str]
+
+    @property
+    def estimate_s(self) -> float:
+        return self.start_s + self.passes_s + OVERHEAD_S
+
+    def time_limit_s(self, left_s: float) -> int:
+        """The bench's --time-limit: room for a slower run than expected, within what is left
+        of the call (less the reserve for packing)."""
+        return max(1, math.floor(min(self.estimate_s * TIME_LIMIT_MARGIN, left_s - RESERVE_S)))
+
+    def shell(self, left_s: float) -> str:
+        """The step as shell assignments (`eval` in check.sh)."""
+        values = {
+            "target": self.target.name,
+            "kind": self.start,
+            "generator": self.target.generator,
+            "checkpoint": self.target.checkpoint,
+            "pages": str(self.pages),
+            "estimate": str(math.ceil(self.estimate_s)),
+            "limit": str(self.time_limit_s(left_s)),
+            "run_env": " ".join(f"{k}={v}" for k, v in self.env.items()),
+            "skip": "",
+        }
+        return " ".join(f"{k}={shlex.quote(v)}" for k, v in values.items())
+
+
+def parse_spec(spec: str) -> tuple[Target, measured.Start]:
+    name, _, kind = spec.partition(":")
+    if name not in TARGETS:
+        raise ValueError(f"unknown target {name!r}; the check knows {', '.join(TARGETS)}")
+    if kind not in ("", "fresh", "warm"):
+        raise ValueError(f"{spec!r}: a target is NAME or NAME:warm, not :{kind}")
+    return TARGETS[name], "warm" if kind == "warm" else "fresh"
+
+
+def _rows_of(target: Target, rows: list[measured.Run], vllm: str) -> list[measured.Run]:
+    """The model's rows at its defaults, those of this vLLM first when there are any."""
+    mine = [r for r in rows if r.model == target.checkpoint and r.at_defaults]
+    same = [r for r in mine if vllm and r.vllm.startswith(vllm)]
+    return same or mine
+
+
+def _last(rows: list[measured.Run], have: str, start: str | None = None) -> measured.Run | None:
+    found = [
+        r for r in rows if getattr(r, have) is not None and (start is None or r.start == start)
+    ]
+    return found[-1] if found else None
+
+
+def step(spec: str, rows: list[measured.Run], vllm: str = "") -> Step:
+    """The run a spec asks for, sized from the model's last rows."""
+    target, start = parse_spec(spec)
+    mine = _rows_of(target, rows, vllm)
+    env = target.env_by_vllm.get(vllm or "0.26", {})
+    fresh = _last(mine, "engine_ready_s", "fresh")
+    fresh_s = fresh.engine_ready_s if fresh and fresh.engine_ready_s else target.start_s
+    if start == "warm":
+        warm = _last(mine, "engine_ready_s", "warm")
+        # a second start never seen: half the fresh one (olmOCR's was 43 %, Chandra's 33 %)
+        warm_s = warm.engine_ready_s if warm and warm.engine_ready_s else fresh_s / 2
+        basis = _basis(warm) if warm else f"half the fresh start ({_basis(fresh)})"
+        return Step(target, start, 0, warm_s * START_MARGIN, 0.0, basis, env)
+    paced = _last(mine, "pages_per_s", "fresh") or _last(mine, "pages_per_s")  # with its direct
+    worker = paced.pages_per_s if paced and paced.pages_per_s else target.pages_per_s
+    direct = paced.direct_pages_per_s if paced and paced.direct_pages_per_s else worker
+    pages = pages_for(max(worker, direct))
+    basis = f"start: {_basis(fresh)}; pace: {_basis(paced)}"
+    return Step(
+        target, start, pages, fresh_s * START_MARGIN, pages / worker + pages / direct, basis, env
+    )
+
+
+def pages_for(pages_per_s: float) -> int:
+    """The fewest pages, in steps of PAGE_STEP, that keep a pass PASS_S long at this pace."""
+    want = max(MIN_PAGES, math.ceil(PASS_S * pages_per_s))
+    return min(MAX_PAGES, math.ceil(want / PAGE_STEP) * PAGE_STEP)
+
+
+def _basis(row: measured.Run | None) -> str:
+    return f"row of {row.date} at {row.commit}, vLLM {row.vllm}" if row else "the target's guess"
+
+
+def plan(
+    specs: list[str],
+    budget_s: float,
+    rows: list[measured.Run],
+    vllm: str = "",
+    fresh_done: set[str] | None = None,
+) -> list[tuple[Step, str]]:
+    """Each spec's step and what becomes of it in a call of `budget_s` seconds: `runs`, or why
+    it is skipped, each run taking its estimate from what is left. A warm start needs its
+    target's fresh start before it on this host: in this plan, or in `fresh_done` (the runs of
+    earlier calls; None: not known, as in a dry run, where it is assumed)."""
+    left = budget_s - RESERVE_S
+    done = set(fresh_done or ())
+    out = []
+    for spec in specs:
+        s = step(spec, rows, vllm)
+        if s.start == "warm" and fresh_done is not None and s.target.name not in done:
+            out.append((s, "skipped: no fresh start of it on this host before it"))
+            continue
+        if s.estimate_s > left:
+            out.append((s, f"skipped: needs about {s.estimate_s:.0f} s, {max(0, left):.0f} s left"))
+            if s.start == "fresh" and fresh_done is None:
+                fresh_done = done  # from here on, a warm start needs its fresh one here
+            continue
+        left -= s.estimate_s
+        done.add(s.target.name)
+        out.append((s, "runs"))
+    return out
+
+
+def plan_table(steps: list[tuple[Step, str]], budget_s: float) -> str:
+    lines = [
+        f"plan for a call of {budget_s:.0f} s ({RESERVE_S:.0f} s kept for packing):",
+        f"{'run':<26}{'pages':>6}{'start s':>9}{'passes s':>10}{'total s':>9}{'at s':>7}  what",
+    ]
+    at = 0.0
+    for s, fate in steps:
+        at += s.estimate_s if fate == "runs" else 0.0
+        ends = f"{at:>7.0f}" if fate == "runs" else f"{'-':>7}"
+        lines.append(
+            f"{s.target.name + ':' + s.start:<26}{s.pages:>6}{s.start_s:>9.0f}{s.passes_s:>10.0f}"
+            f"{s.estimate_s:>9.0f}{ends}  {fate}; {s.basis}"
+        )
+    return "\n".join(lines)
+
+
+def summary(rows: list[measured.Run]) -> str:
+    """One line a row, as the check prints them at the end of a call."""
+    out = []
+    for r in rows:
+        pace = "no pace" if r.pages_per_s is None else f"pages/s {r.pages_per_s:g}"
+        if r.direct_pages_per_s:
+            pace += f" / direct {r.direct_pages_per_s:g}"
+        failed = f", {r.failed} of {r.pages} failed" if r.failed else ""
+        ready = (
+            "did not start" if r.engine_ready_s is None else f"engine ready {r.engine_ready_s:g} s"
+        )
+        settings = " " + json.dumps(r.overrides) if r.overrides else ""
+        out.append(
+            f"{r.model} ({r.family}){settings} {r.start}, vLLM {r.vllm}: {ready}, "
+            f"{r.pages} pages, {pace}{failed}"
+        )
+    return "\n".join(out)
+
+
+# A line of dev/gpu/metrics.py: `t=    30s running=256 waiting=0 kv=12% vllm_processes=...`
+_GAUGES = re.compile(r"running=(\d+) waiting=(\d+) kv=(\d+)%")
+
+
+def gauges(metrics: str) -> str | None:
+    """What vLLM's gauges showed while the engine had requests: each gauge's median and range
+    over those samples (none: it never had any)."""
+    busy = [tuple(map(int, m)) for m in _GAUGES.findall(metrics) if int(m[0]) > 0]
+    if not busy:
+        return None
+
+    def gauge(i: int, unit: str = "") -> str:
+        values = [sample[i] for sample in busy]
+        lo, mid, hi = min(values), statistics.median_low(values), max(values)
+        return f"{mid}{unit}" + ("" if lo == hi else f" ({lo}-{hi}{unit})")
+
+    return (
+        f"running {gauge(0)}, waiting {gauge(1)}, KV {gauge(2, ' %')}: medians over "
+        f"{len(busy)} samples with requests"
+    )
+
+
+def add_gauges(metrics: Path, row_file: Path) -> str | None:
+    """Write the gauges into the one row of `row_file` (checked again by the data's reader)."""
+    said = gauges(metrics.read_text(encoding="utf-8", errors="replace"))
+    if said is None:
+        return None
+    row = json.loads(row_file.read_text(encoding="utf-8"))
+    line = json.dumps(row | {"gauges": said}, ensure_ascii=False)
+    measured.parse(line, str(row_file))
+    row_file.write_text(line + "\n", encoding="utf-8")
+    return said
+
+
+def _rows(paths: list[Path]) -> list[measured.Run]:
+    return [r for p in paths for r in measured.runs(p)]
+
+
+def _plan_command(
+    specs: list[str],
+    budget_s: float,
+    rows: list[measured.Run],
+    vllm: str,
+    fresh_done: set[str] | None = None,
+) -> str:
+    """The plan of the specs the check knows, then those it does not, each with its reason."""
+    known, refused = [], []
+    for spec in specs:
+        try:
+            parse_spec(spec)
+            known.append(spec)
+        except ValueError as exc:
+            refused.append(f"{spec}: skipped: {exc}")
+    steps = plan(known, budget_s, rows, vllm, fresh_done)
+    return "\n".join([plan_table(steps, budget_s), *refused])
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="gpu_check", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    for name in ("plan", "step"):
+        q = sub.add_parser(name)
+        if name == "plan":
+            q.add_argument("budget_s", type=float)
+            q.add_argument("specs", nargs="+")
+            q.add_argument(
+                "--on-host",
+                action="store_true",
+                help="the plan of a call on the host: a warm start runs only after its fresh one "
+                "there (this call's, or one --fresh-done names)",
+            )
+        else:
+            q.add_argument("spec")
+            q.add_argument("--left", type=float, required=True)
+        q.add_argument(
+            "--fresh-done",
+            action="append",
+            help="a target started fresh on this host by an earlier run (its warm start may run)",
+        )
+        q.add_argument("--data", type=Path, action="append")
+        q.add_argument("--vllm", default="", help="the engine's vLLM (0.26, 0.32): its rows first")
+    sub.add_parser("summary").add_argument("rows", type=Path)
+    q = sub.add_parser("gauges")
+    q.add_argument("metrics", type=Path)
+    q.add_argument("row", type=Path)
+    args = p.parse_args(argv)
+    if args.command == "summary":
+        print(summary(measured.runs(args.rows)))
+        return 0
+    if args.command == "gauges":
+        print(add_gauges(args.metrics, args.row) or "no sample with requests")
+        return 0
+    rows = _rows(args.data or [measured.DATA])
+    try:
+        if args.command == "plan":
+            done = set(args.fresh_done or ()) if args.on_host or args.fresh_done else None
+            print(_plan_command(args.specs, args.budget_s, rows, args.vllm, done))
+            return 0
+        ((s, fate),) = plan([args.spec], args.left, rows, args.vllm, set(args.fresh_done or ()))
+    except ValueError as exc:
+        print(f"skip={shlex.quote(str(exc))}")
+        return 0
+    skipped = f"target={shlex.quote(s.target.name)} skip={shlex.quote(fate)}"
+    print(s.shell(args.left) if fate == "runs" else skipped)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""`vlm-ocr-lab bench` never gives a pace for failed pages: pages/s counts the pages that came
+back ok, a run with failed pages says so first, by reason, and exits non-zero. Driven as a user
+types it, against the instant engine losing every request (or all but the first few)."""
+
+from __future__ import annotations
+
+import re
+
+from vlm_ocr_lab import cli
+
+INSTANT = ["bench", "--instant-engine", "--slow", "0", "--jobs", "1", "--progress", "0"]
+A_PACE = re.compile(r"pages/s:? \d")
+
+
+def bench(capsys, *args: str) -> tuple[int, list[str]]:
+    code = cli.main([*INSTANT, *args])
+    return code, capsys.readouterr().out.splitlines()
+
+
+def test_an_engine_that_fails_every_request_gives_no_pace(capsys) -> None:
+    code, lines = bench(capsys, "--faults", "1", "--pages", "3", "--direct", "--gpu-price", "3.99")
+    assert code == 1
+    # the warm-up page failed too: the engine never started, and that is the first thing said
+    assert lines[0].startswith("FAILED: the engine did not start")
+    assert "warm-up page failed" in lines[0]
+    assert not any(A_PACE.search(line) or "cost at" in line for line in lines)
+
+
+def test_pages_that_all_fail_after_a_good_start_give_no_pace(capsys) -> None:
+    # the warm-up page is answered (--spare 1), then every request is lost: the engine that
+    # died at its first batch
+    code, lines = bench(
+        capsys, "--faults", "1", "--spare", "1", "--pages", "3", "--direct", "--gpu-price", "3.99"
+    )
+    assert code == 1
+    assert lines[0] == (
+        "FAILED: 3 of 3 pages through the worker, 3 of 3 on the direct path; no page came back "
+        "ok, so there is no pace"
+    )
+    assert lines[1].startswith("failed: ") and "engine: the engine server" in lines[1]
+    assert any("failed on the direct path: " in line for line in lines)
+    assert "pages: 3  failed: 3" in "\n".join(lines)
+    assert not any(A_PACE.search(line) or "cost at" in line for line in lines)
+    assert "pages/s: none (no page came back ok)" in "\n".join(lines)
+
+
+def test_some_failed_pages_come_first_and_the_pace_is_the_ok_pages(capsys) -> None:
+    # the warm-up page and the first three pages' requests are answered, the rest all lost
+    code, lines = bench(capsys, "--faults", "1", "--spare", "4", "--pages", "6")
+    assert code == 1
+    assert lines[0].startswith("FAILED: 3 of 6 pages through the worker; the pace below counts ")
+    reasons = [n for n, line in enumerate(lines) if line.startswith("failed: ")]
+    figures = next(n for n, line in enumerate(lines) if line.startswith("pages: 6"))
+    assert reasons and max(reasons) < figures
+    assert sum(int(re.match(r"failed: (\d+) ×", lines[n]).group(1)) for n in reasons) == 3  # type: ignore[union-attr]
+    wall = float(re.search(r"wall: ([\d.]+) s", lines[figures]).group(1))  # type: ignore[union-attr]
+    pace = float(re.search(r"pages/s: ([\d.]+) \(the 3 ok pages\)", lines[figures]).group(1))  # type: ignore[union-attr]
+    assert abs(pace - 3 / wall) < 0.01  # the ok pages over the pass, not all six
+
+
+def test_a_run_without_failures_exits_0_with_its_pace(capsys) -> None:
+    code, lines = bench(capsys, "--faults", "0", "--pages", "3")
+    assert code == 0
+    assert not any(line.startswith(("FAILED", "failed")) for line in lines)
+    assert re.search(r"pages: 3  failed: 0  wall: [\d.]+ s  pages/s: [\d.]+  ", "\n".join(lines))
+
+
+def test_a_run_cut_by_its_time_limit_counts_what_was_not_done(capsys) -> None:
+    # the warm-up page is answered at once, every page after it not for ten minutes: whenever the
+    # start ends, the pass is cut at the limit with nothing answered
+    code, lines = bench(
+        capsys, "--slow", "1", "--slow-s", "600", "--spare", "1", "--faults", "0",
+        "--pages", "3", "--direct", "--time-limit", "10",
+    )  # fmt: skip
+    text = "\n".join(lines)
+    assert code == 1
+    assert lines[0].startswith("FAILED: 3 of 3 pages through the worker; no page came back ok")
+    assert "failed: 3 × not done within --time-limit (the run was cut)" in text
+    assert "(cut by --time-limit)" in text
+    assert "direct: skipped (no time left within --time-limit)" in text
+    assert not A_PACE.search(text)

@@ -1,0 +1,210 @@
+"""The GPU check's plan (`dev/gpu/check.sh`, `vlm_ocr_lab.bench.gpu_check`): pages per run from
+the model's last pace, each run's time, and what a call of a given budget runs and skips."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from vlm_ocr_lab import measured
+from vlm_ocr_lab.bench import gpu_check
+from vlm_ocr_lab.bench.gpu_check import MAX_PAGES, MIN_PAGES, PASS_S, TARGETS
+
+from .support import ROOT
+
+OLMOCR = TARGETS["olmocr"].checkpoint
+
+
+def run(model: str = OLMOCR, **values: object) -> measured.Run:
+    row = {k: None for k in measured.REQUIRED} | {
+        "date": "2026-12-01",
+        "commit": "abc1234",
+        "gpu": "NVIDIA H200",
+        "vllm": "0.26.0",
+        "transformers": "5.17.0",
+        "family": "olmocr",
+        "model": model,
+        "overrides": {},
+        "start": "fresh",
+        "phases": {},
+        "pages": 512,
+        "failed": 0,
+        "failed_by_reason": {},
+    }
+    return measured.parse(json.dumps(row | values))
+
+
+@pytest.mark.parametrize("pace", [0.5, 3.02, 9.27, 10.85, 15.0, 40.0, 100.0])
+def test_pages_are_the_fewest_that_keep_a_pass_30_s(pace: float) -> None:
+    pages = gpu_check.pages_for(pace)
+    assert MIN_PAGES <= pages <= MAX_PAGES and pages % gpu_check.PAGE_STEP == 0
+    if pages < MAX_PAGES:
+        assert pages / pace >= PASS_S
+        # one step fewer would be under 30 s a pass, or under the floor
+        fewer = pages - gpu_check.PAGE_STEP
+        assert fewer < MIN_PAGES or fewer / pace < PASS_S
+
+
+def test_a_fresh_run_is_sized_from_the_models_last_fresh_row_at_its_defaults() -> None:
+    rows = [
+        run(engine_ready_s=187.9, pages_per_s=9.44, direct_pages_per_s=10.54),
+        run(engine_ready_s=169.5, pages_per_s=9.27, direct_pages_per_s=10.85),
+        # a start with settings of its own, and a warm one, say nothing of the defaults' start
+        run(engine_ready_s=124.5, overrides={"START_MODE": "fast"}, pages_per_s=20.0),
+        run(engine_ready_s=73.4, start="warm", pages_per_s=9.3),
+    ]
+    s = gpu_check.step("olmocr", rows)
+    assert s.start == "fresh" and s.pages == gpu_check.pages_for(10.85)
+    assert s.start_s == pytest.approx(169.5 * gpu_check.START_MARGIN)
+    assert s.passes_s == pytest.approx(s.pages / 9.27 + s.pages / 10.85)
+    assert s.estimate_s == pytest.approx(s.start_s + s.passes_s + gpu_check.OVERHEAD_S)
+    assert "1c0a249" not in s.basis and "row of 2026-12-01 at abc1234" in s.basis
+
+
+def test_a_warm_run_is_the_start_alone() -> None:
+    rows = [run(engine_ready_s=169.5, pages_per_s=9.27), run(engine_ready_s=73.4, start="warm")]
+    warm = gpu_check.step("olmocr:warm", rows)
+    assert (warm.start, warm.pages, warm.passes_s) == ("warm", 0, 0.0)
+    assert warm.start_s == pytest.approx(73.4 * gpu_check.START_MARGIN)
+    # never started warm: half its fresh start
+    never = gpu_check.step("olmocr:warm", rows[:1])
+    assert never.start_s == pytest.approx(169.5 / 2 * gpu_check.START_MARGIN)
+
+
+def test_a_target_without_rows_is_planned_from_its_own_guess() -> None:
+    target = TARGETS["lighton-ocr-3-4b"]
+    s = gpu_check.step("lighton-ocr-3-4b", [run(engine_ready_s=100.0, pages_per_s=50.0)])
+    assert s.start_s == pytest.approx(target.start_s * gpu_check.START_MARGIN)
+    assert s.pages == gpu_check.pages_for(target.pages_per_s)
+    assert "the target's guess" in s.basis
+
+
+def test_the_rows_of_the_engines_vllm_come_first() -> None:
+    rows = [run(engine_ready_s=100.0, vllm="0.32.0"), run(engine_ready_s=170.0)]
+    assert gpu_check.step("olmocr", rows, "0.32").start_s == pytest.approx(
+        100.0 * gpu_check.START_MARGIN
+    )
+    assert gpu_check.step("olmocr", rows, "0.26").start_s == pytest.approx(
+        170.0 * gpu_check.START_MARGIN
+    )
+
+
+def test_lightonocr_2_gets_transformers_5_16_on_vllm_0_26_only() -> None:
+    assert gpu_check.step("lighton-ocr", [], "0.26").env == {"TF516": "1"}
+    assert gpu_check.step("lighton-ocr", [], "0.32").env == {}
+    assert gpu_check.step("olmocr", [], "0.26").env == {}
+
+
+def test_a_call_skips_what_would_not_fit_in_what_is_left() -> None:
+    rows = [
+        run(engine_ready_s=169.5, pages_per_s=9.27, direct_pages_per_s=10.85),
+        run(engine_ready_s=73.4, start="warm"),
+    ]
+    olmocr = gpu_check.step("olmocr", rows)
+    budget = gpu_check.RESERVE_S + olmocr.estimate_s + 1
+    fates = [fate for _, fate in gpu_check.plan(["olmocr", "olmocr:warm"], budget, rows)]
+    assert fates[0] == "runs"
+    assert fates[1].startswith("skipped: needs about ")
+    # with room for both, both run, in the order given
+    fates = [f for _, f in gpu_check.plan(["olmocr", "olmocr:warm"], budget + 200, rows)]
+    assert fates == ["runs", "runs"]
+
+
+def test_a_warm_start_needs_its_fresh_one_on_the_host_first() -> None:
+    rows = [run(engine_ready_s=169.5, pages_per_s=9.27)]
+    # its fresh run skipped for time: the warm one has no caches to start on
+    small = gpu_check.RESERVE_S + 150
+    fates = [f for _, f in gpu_check.plan(["olmocr", "olmocr:warm"], small, rows)]
+    assert fates[0].startswith("skipped: needs") and "no fresh start" in fates[1]
+    # in a call of its own: only when an earlier call started it fresh on this host
+    assert "no fresh start" in gpu_check.plan(["olmocr:warm"], 600, rows, "", set())[0][1]
+    assert gpu_check.plan(["olmocr:warm"], 600, rows, "", {"olmocr"})[0][1] == "runs"
+
+
+def test_a_step_for_the_shell_ends_inside_the_call() -> None:
+    rows = [run(engine_ready_s=169.5, pages_per_s=9.27, direct_pages_per_s=10.85)]
+    s = gpu_check.step("olmocr", rows)
+    left = s.estimate_s + gpu_check.RESERVE_S + 5  # it fits, with little room for overrun
+    values = dict(part.split("=", 1) for part in shlex.split(s.shell(left)))
+    assert values["target"] == "olmocr" and values["kind"] == "fresh" and values["skip"] == ""
+    assert int(values["pages"]) == s.pages and values["checkpoint"] == OLMOCR
+    assert int(values["limit"]) <= left - gpu_check.RESERVE_S
+    roomy = dict(part.split("=", 1) for part in shlex.split(s.shell(5000)))
+    assert int(roomy["limit"]) == math.floor(s.estimate_s * gpu_check.TIME_LIMIT_MARGIN)
+
+
+def test_an_unknown_target_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="unknown target 'olmo'; the check knows qwen-vl"):
+        gpu_check.step("olmo", [])
+    with pytest.raises(ValueError, match="NAME or NAME:warm"):
+        gpu_check.step("olmocr:tepid", [])
+
+
+def test_every_target_plans_from_the_data_file() -> None:
+    rows = measured.runs()
+    for name in TARGETS:
+        fresh = gpu_check.step(name, rows)
+        assert fresh.pages >= MIN_PAGES and fresh.estimate_s > 0
+        assert gpu_check.step(f"{name}:warm", rows).pages == 0
+
+
+def test_check_sh_dry_run_prints_the_plan() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "OUT"} | {
+        "DRY_RUN": "1",
+        "PYTHON": sys.executable,
+    }
+    out = subprocess.run(
+        ["bash", "dev/gpu/check.sh", "560", "olmocr", "olmocr:warm", "nope"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "plan for a call of 560 s (30 s kept for packing):"
+    assert any(
+        line.startswith("olmocr:fresh") and " runs; start: row of " in line for line in lines
+    )
+    assert any(line.startswith("olmocr:warm") for line in lines)
+
+
+def test_vllms_gauges_go_into_the_row_as_medians_over_the_busy_samples(tmp_path) -> None:
+    metrics = tmp_path / "metrics.txt"
+    metrics.write_text(
+        "t=     0s running=0 waiting=0 kv=0% vllm_processes=3 open_files=90 limit=20000\n"
+        "t=    10s running=256 waiting=0 kv=8% vllm_processes=3 open_files=300 limit=20000\n"
+        "t=    20s running=256 waiting=4 kv=12% vllm_processes=3 open_files=300 limit=20000\n"
+        "t=    30s running=39 waiting=0 kv=6% vllm_processes=3 open_files=300 limit=20000\n"
+    )
+    said = gpu_check.gauges(metrics.read_text())
+    assert said == (
+        "running 256 (39-256), waiting 0 (0-4), KV 8 % (6-12 %): medians over 3 samples with "
+        "requests"
+    )
+    row = tmp_path / "row.jsonl"
+    row.write_text(
+        json.dumps({k: v for k, v in run(engine_ready_s=1.0).__dict__.items() if k != "extra"})
+        + "\n"
+    )
+    assert gpu_check.add_gauges(metrics, row) == said
+    (back,) = measured.runs(row)
+    assert back.extra["gauges"] == said
+    assert gpu_check.gauges("t=     0s running=0 waiting=0 kv=0%\n") is None
+
+
+def test_the_plan_of_a_call_on_the_host_knows_what_started_fresh_there(capsys) -> None:
+    data = ["--data", str(ROOT / "benchmarks/gpu.jsonl")]
+    assert gpu_check.main(["plan", "600", "olmocr:warm", "--on-host", *data]) == 0
+    assert "skipped: no fresh start of it on this host" in capsys.readouterr().out
+    argv = ["plan", "600", "olmocr:warm", "--on-host", "--fresh-done", "olmocr", *data]
+    assert gpu_check.main(argv) == 0
+    assert re.search(r"^olmocr:warm .* runs; ", capsys.readouterr().out, re.M)

@@ -1,0 +1,92 @@
+"""Figures written once: the measured figures in the docs are tables written from the GPU
+figures' data (`benchmarks/gpu.jsonl`) by `vlm_ocr_lab.docs.measured_docs`, the tables are what
+it writes now, and the hand-written text around them does not type a row's figure again."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from vlm_ocr_lab import measured
+from vlm_ocr_lab.docs import generated, measured_docs
+
+from .support import ROOT
+
+DOCS = {
+    "docs/models.md": ("gpu-starts", "gpu-limits"),
+    "docs/deploying.md": ("start-summary",),
+    "docs/tools.md": ("bench-runs",),
+}
+
+
+@pytest.mark.parametrize("doc", list(DOCS))
+def test_the_measured_tables_are_what_the_data_gives(doc: str) -> None:
+    text = (ROOT / doc).read_text(encoding="utf-8")
+    rows = measured.runs()
+    for name in DOCS[doc]:
+        shown = generated.region(text, name)
+        assert shown is not None, f"{doc} marks no {name} table"
+        assert shown == measured_docs.REGIONS[name](rows), (
+            f"run python -m vlm_ocr_lab.docs.measured_docs --write {doc}"
+        )
+    assert measured_docs.parts(text, rows).keys() == set(DOCS[doc])
+
+
+def hand_written(text: str) -> str:
+    """The text a person typed: without the generated tables and the tools' output samples."""
+    text = re.sub(r"<!-- generated: (\S+) .*?<!-- end: \1 -->", "", text, flags=re.S)
+    return re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+
+
+def figures(run: measured.Run) -> set[str]:
+    """How a row's starts and paces would read if typed again."""
+    out = set()
+    if run.engine_ready_s is not None:
+        out.add(f"{run.engine_ready_s:g} s")
+        out.add(f"{run.engine_ready_s:.1f} s")
+    for pace in (run.pages_per_s, run.direct_pages_per_s):
+        if pace is not None:
+            out.add(f"{pace:.2f} pages/s")
+            out.add(f"{pace:g} pages/s")
+    return out
+
+
+@pytest.mark.parametrize("doc", list(DOCS))
+def test_no_rows_figure_is_typed_again_by_hand(doc: str) -> None:
+    text = hand_written((ROOT / doc).read_text(encoding="utf-8"))
+    typed = {
+        f"{f} ({r.model}, {r.commit})"
+        for r in measured.runs()
+        for f in figures(r)
+        if re.search(rf"(?<![\d.]){re.escape(f)}", text)
+    }
+    assert typed == set(), "a figure of the data typed by hand: write it from the data instead"
+
+
+def test_a_document_without_marks_gets_no_tables() -> None:
+    assert measured_docs.parts("no marks here", []) == {}
+
+
+def test_the_tables_read_rows_as_the_reader_gives_them() -> None:
+    rows = [
+        measured.parse(
+            '{"date": "2026-12-03", "commit": "abc1234", "gpu": "NVIDIA H200", "vllm": "0.32.0", '
+            '"transformers": "5.19.0", "family": "lighton-ocr", "model": "org/Some-OCR-1B", '
+            '"overrides": {"MAX_NUM_SEQS": "128"}, "start": "fresh", "engine_ready_s": 101.5, '
+            '"phases": {"first_log_line_at_s": 20.5, "engine_init_s": 40.0, "warmup_page_s": 0.8}, '
+            '"pages": 256, "failed": 2, "failed_by_reason": {"engine: HTTP 400": 2}, '
+            '"pages_per_s": 12.5, "direct_pages_per_s": 12.0, "usd_per_million_pages": 88.7, '
+            '"gauges": "256 running"}'
+        )
+    ]
+    starts = measured_docs.starts_table(rows).splitlines()
+    assert starts[2] == (
+        "| Some-OCR-1B | fresh | `MAX_NUM_SEQS=128` | **101.5 s** | first log line at 20.5 s; "
+        "engine init 40 s; warm-up page 0.8 s | 2026-12-03, abc1234, vLLM 0.32.0 |"
+    )
+    runs = measured_docs.bench_runs_table(rows).splitlines()
+    assert "| 256 | **2 of 256**: 2 × engine: HTTP 400 | 12.50 | 12.00 | 1.04 | 89 |" in runs[2]
+    # a run with settings of its own is not the model's figure at its defaults
+    assert len(measured_docs.limits_table(rows).splitlines()) == 2
+    assert len(measured_docs.start_summary_table(rows).splitlines()) == 2

@@ -12,6 +12,7 @@ import pytest
 from vlm_ocr.contract import JobInput
 from vlm_ocr.engines.families import FAMILIES, detect
 from vlm_ocr.settings import ModelSettings, Settings
+from vlm_ocr_lab.docs.hub_presets import description, hub_presets
 from vlm_ocr_lab.docs.settings_docs import HUB_OMITTED, hub_env, image_env, settings_table
 
 from .support import ROOT, make_snapshot

@@ -185,8 +185,13 @@ def write_processor_config(out: Path, arch: str) -> None:
         "patch_size": vision["patch_size"],
         "merge_size": 2,
         "temporal_patch_size": 2,
-        "min_pixels": 1024,
-        "max_pixels": 1_048_576,
+        # Qwen3.5's processor as it ships takes a page as large as 16.7 MP (LightOnOCR-3's
+        # 2,048 px pages unresized); the chat models' tests send theirs at 1 MP or less
+        **(
+            {"size": {"shortest_edge": 65536, "longest_edge": 16777216}}
+            if arch == "qwen3_5"
+            else {"min_pixels": 1024, "max_pixels": 1_048_576}
+        ),
         "image_mean": [0.5, 0.5, 0.5],
         "image_std": [0.5, 0.5, 0.5],
         "do_resize": True,

@@ -66,5 +66,18 @@ COPY pyproject.toml README.md LICENSE handler.py ./
 COPY src/vlm_ocr ./src/vlm_ocr
 RUN uv pip install --python /opt/worker/bin/python --no-cache --compile-bytecode --no-deps .
 
+# The engine's packages MODEL_NAME's family needs at versions of their own, into the engine's
+# Python (LightOnOCR: transformers 5.16.1, its makers' pin for vLLM's Pixtral code). The family is
+# told as the worker tells it, from MODEL_NAME and its baked config.json; the step fails on a vLLM the family's makers
+# say breaks their models. After the code, whose families say the pins.
+COPY builder/engine_pins.py /opt/builder/engine_pins.py
+# hadolint ignore=SC2086
+RUN vllm="$(/usr/local/bin/vllm-python -c 'import importlib.metadata as m; print(m.version("vllm"))')" \
+    && pins="$(/opt/worker/bin/python /opt/builder/engine_pins.py --vllm "$vllm")" \
+    && if [ -n "$pins" ]; then \
+        echo "engine pins of ${MODEL_NAME}'s family: $pins" \
+        && /usr/local/bin/vllm-python -m pip install --no-cache-dir $pins; \
+    fi
+
 ENTRYPOINT []
 CMD ["/opt/worker/bin/python", "-u", "/app/handler.py"]

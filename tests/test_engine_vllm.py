@@ -479,3 +479,44 @@ def test_an_olmocr_model_is_served_and_read_as_its_family(loop, tmp_path_factory
     assert (refused.error or "").startswith("input.prompt: ") and "olmocr family" in (
         refused.error or ""
     )
+
+
+def test_a_lightonocr_3_model_is_served_by_its_makers_flags_and_reads_its_grounding(
+    loop, tmp_path_factory
+) -> None:
+    # A tiny Qwen3.5 (gated-delta-net layers, LightOnOCR-3-0.8B's shapes scaled down) in a folder
+    # named like it: its config and its name make it the lighton-ocr-3 family, served with its
+    # makers' flags (vLLM 0.32 takes them), thinking off by the chat template's switch, its
+    # pages at 2,048 px and asked with the page and the word `grounding`. Its random answers
+    # carry no block marker: each is kept as text, with a note.
+    model = make_tiny_model(tmp_path_factory.mktemp("model") / "tiny-LightOnOCR-3-0.8B", "qwen3_5")
+    out = tmp_path_factory.mktemp("lighton3-out")
+    # room for a whole page at 2,048 px (2,880 image tokens) in the context and in one batch
+    env = engine_env(model, MAX_MODEL_LEN="4096", MAX_NUM_BATCHED_TOKENS="4096")
+    settings = settings_from(env, output_dir=out, max_attempts=2)
+    with pytest.MonkeyPatch.context() as patched:
+        for key, value in SERVER_ENV.items():
+            patched.setenv(key, value)
+        worker = loop.run(start_worker(settings))
+        try:
+            facts = worker.engine_facts()
+            image = {"base64": b64(png_bytes(page_image(["A page for LightOnOCR-3."])))}
+            result = loop.run(worker.run("l3", {"images": [image]}))
+        finally:
+            loop.run(worker.close())
+    assert (
+        facts["family"] == "lighton-ocr-3"
+        and "tiny-LightOnOCR-3-0.8B" in (facts["family_detected_by"])
+    )
+    assert facts["prompt"] == "lightonocr-grounding" and facts["thinking"] == "off"
+    assert facts["thinking_checked"] and facts["gdn_layers"] == 3
+    assert facts["warmup_prompt_tokens"] > 2880  # the warm-up page at 2,048 px, as sent
+    assert facts["gdn_prefill_kernel"] == "CPU"  # what vLLM's CPU build runs them with
+    argv = facts["argv"]
+    assert argv[argv.index("--limit-mm-per-prompt") + 1] == '{"image": 1}'
+    assert "--no-enable-prefix-caching" in argv and "--mm-processor-kwargs" not in argv
+    assert argv[argv.index("--default-chat-template-kwargs") + 1] == '{"enable_thinking": false}'
+    assert argv[argv.index("--gdn-prefill-backend") + 1] == "triton"
+    [page] = result.pages
+    assert page.status in ("ok", "failed") and page.tries, page  # a random model's answer
+    assert result.fingerprint["family"] == "lighton-ocr-3"

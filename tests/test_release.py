@@ -12,6 +12,7 @@ import pytest
 from vlm_ocr.contract import JobInput
 from vlm_ocr.engines.families import FAMILIES, detect
 from vlm_ocr.settings import ModelSettings, Settings
+from vlm_ocr_lab.docs.hub_presets import description, hub_presets
 from vlm_ocr_lab.docs.settings_docs import HUB_OMITTED, hub_env, image_env, settings_table
 
 from .support import ROOT, make_snapshot
@@ -53,6 +54,9 @@ def test_every_family_has_a_hub_preset_that_names_its_licence() -> None:
         told[preset["defaults"]["MODEL_NAME"]] = found.family.name
         assert "licence" in preset["name"] or "Apache-2.0" in preset["name"], preset["name"]
     assert set(told.values()) == set(FAMILIES)
+    # written from the families' checkpoints, as is the description that names them
+    assert hub["config"]["presets"] == hub_presets(), "run family_docs --hub .runpod/hub.json"
+    assert hub["description"] == description()
 
 
 def test_the_release_matrix_builds_the_default_an_fp8_and_an_ocr_image() -> None:
@@ -252,3 +256,70 @@ def test_the_hub_test_runs_in_the_time_the_hub_gives_it() -> None:
     env = {e["key"]: e["value"] for e in tests["config"]["env"]}
     assert env["ENGINE"] == "rapidocr"
     assert all(case["timeout"] >= 15 * 60 * 1000 for case in tests["tests"])
+
+
+# --- the engine's packages a family pins (builder/engine_pins.py) -----------------------------
+
+PINS = ROOT / "builder" / "engine_pins.py"
+
+
+def engine_pins(
+    tmp_path: Path, vllm: str = "0.32.0", **env: str
+) -> subprocess.CompletedProcess[str]:
+    """The build step's script, as the image runs it: the worker's interpreter with the worker's
+    package, the image's environment (MODEL_NAME, HF_HOME) and nothing of this shell's."""
+    import os
+    import sys
+
+    environ = {"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT / "src"), "HOME": str(tmp_path)}
+    return subprocess.run(
+        [sys.executable, str(PINS), "--vllm", vllm],
+        env=environ | env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize("dockerfile", ["Dockerfile", ".runpod/Dockerfile"])
+def test_the_image_installs_its_familys_engine_pins_into_the_engines_python(
+    dockerfile: str,
+) -> None:
+    text = (ROOT / dockerfile).read_text().replace("\\\n", " ")
+    step = next(line for line in text.splitlines() if "engine_pins.py --vllm" in line)
+    assert "COPY builder/engine_pins.py /opt/builder/engine_pins.py" in text
+    # the family is told by the worker's own package, installed before the step
+    assert text.index("COPY src/vlm_ocr ./src/vlm_ocr") < text.index(step)
+    assert "/opt/worker/bin/python /opt/builder/engine_pins.py" in step
+    assert "/usr/local/bin/vllm-python -m pip install --no-cache-dir $pins" in step
+    assert "importlib.metadata" in step and 'print(m.version("vllm"))' in step
+
+
+def test_each_checkpoints_image_build_pins_what_its_family_needs(tmp_path: Path) -> None:
+    for family in FAMILIES.values():
+        for c in family.checkpoints:
+            proc = engine_pins(tmp_path, MODEL_NAME=c.repo)
+            assert proc.returncode == 0, proc.stderr
+            assert proc.stdout.split() == list(family.engine_pins), c.repo
+    # LightOn's pin, for every LightOnOCR checkpoint: transformers 5.16.1
+    proc = engine_pins(tmp_path, MODEL_NAME="lightonai/LightOnOCR-3-1B")
+    assert proc.stdout == "transformers==5.16.1\n"
+    assert engine_pins(tmp_path, MODEL_NAME=DEFAULT_MODEL).stdout == ""
+
+
+def test_the_pins_follow_the_baked_config_and_refuse_a_vllm_the_family_breaks_on(
+    tmp_path: Path,
+) -> None:
+    # a fine-tune baked under a name of its own: its config and its name tell its family
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "hf" / "hub" / "models--acme--lightonocr-3-receipts"
+    config = {"architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5"}
+    make_snapshot(repo / "snapshots" / commit, config)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    env = {"MODEL_NAME": "acme/lightonocr-3-receipts", "HF_HOME": str(tmp_path / "hf")}
+    assert engine_pins(tmp_path, **env).stdout == "transformers==5.16.1\n"
+    broken = engine_pins(tmp_path, vllm="0.27.1+cu129", **env)
+    assert broken.returncode != 0 and not broken.stdout
+    assert "lighton-ocr-3 family, which does not run on vLLM 0.27.1" in broken.stderr
+    assert "loop" in broken.stderr

@@ -11,15 +11,15 @@ from pathlib import Path
 import pytest
 
 from vlm_ocr.cli import main as cli
+from vlm_ocr.engines.families import FAMILIES
 
 from .support import ROOT
 
+# each family's own example: its first checkpoint's shapes
 CONFIGS = {
-    "chandra": "chandra-ocr-2",
-    "olmocr": "olmocr-2-7b-1025-fp8",
-    "lighton-ocr": "lightonocr-2-1b",
-    "dots-ocr": "dots.ocr",
-    "qwen-vl": "qwen3-vl-32b-instruct-awq",
+    name: family.checkpoints[0].example
+    for name, family in FAMILIES.items()
+    if family.checkpoints and family.checkpoints[0].example
 }
 
 
@@ -71,6 +71,24 @@ def flag(argv: list[str], name: str) -> str | None:
             "4",
             "4",
             ["--no-enable-prefix-caching"],
+        ),
+        (
+            "lighton-ocr-3",
+            1,
+            16,
+            "lightonai/LightOnOCR-3-0.8B",
+            "4",  # pages within 2,048² px: 4.2 MP, a quarter of the CPUs
+            "1",
+            ["--no-enable-prefix-caching", "--default-chat-template-kwargs"],
+        ),
+        (
+            "lighton-ocr-3",
+            4,
+            4,
+            "lightonai/LightOnOCR-3-0.8B",
+            "4",
+            "4",
+            ["--no-enable-prefix-caching", "--default-chat-template-kwargs"],
         ),
         ("dots-ocr", 1, 16, "rednote-hilab/dots.mocr", "4", "1", ["--trust-remote-code"]),
         ("dots-ocr", 4, 4, "rednote-hilab/dots.mocr", "4", "4", ["--chat-template-content-format"]),

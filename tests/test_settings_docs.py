@@ -7,13 +7,14 @@ import re
 
 from vlm_ocr.engines.families import FAMILIES
 from vlm_ocr.settings import declared_fields
-from vlm_ocr_lab.docs import family_docs, generated
+from vlm_ocr_lab.docs import family_docs, family_table, generated
 from vlm_ocr_lab.docs.settings_docs import markdown_table, settings_table
 
 from .support import ROOT
 
 SETTINGS_DOC = ROOT / "docs" / "settings.md"
 FAMILIES_DOC = ROOT / "docs" / "models.md"
+README = ROOT / "README.md"
 
 
 def test_the_settings_table_is_what_the_declarations_give() -> None:
@@ -24,9 +25,29 @@ def test_the_settings_table_is_what_the_declarations_give() -> None:
 
 
 def test_the_families_tables_are_what_the_families_classes_give() -> None:
-    text = FAMILIES_DOC.read_text()
-    for name, make in family_docs.REGIONS.items():
-        assert generated.region(text, name) == make(), "run python -m vlm_ocr_lab.docs.family_docs"
+    marked = set()
+    for doc in (FAMILIES_DOC, README):
+        text = doc.read_text()
+        for name, make in family_docs.REGIONS.items():
+            shown = generated.region(text, name)
+            if shown is not None:
+                marked.add(name)
+                assert shown == make(), f"run python -m vlm_ocr_lab.docs.family_docs --write {doc}"
+    assert marked == set(family_docs.REGIONS)  # each one somewhere
+
+
+def test_the_readmes_table_names_every_checkpoint_its_licence_and_what_measured_it() -> None:
+    table = generated.region(README.read_text(), "family-table") or ""
+    rows = table.splitlines()[2:]
+    checkpoints = [c for f in FAMILIES.values() for c in f.checkpoints]
+    assert len(rows) == len(checkpoints)
+    for row, c in zip(rows, checkpoints, strict=True):
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        assert cells[1].startswith(f"`{c.repo}`") and cells[3]  # its licence
+        measured_with = cells[-1]
+        assert measured_with == "—" or measured_with.startswith("vLLM ")
+        if measured_with == "—":
+            assert cells[5] == family_table.NOT_MEASURED
 
 
 def test_a_default_that_is_the_familys_own_names_every_familys_value() -> None:
@@ -40,6 +61,10 @@ def test_a_default_that_is_the_familys_own_names_every_familys_value() -> None:
             for family in re.findall(r"`([^`]+)`", names)
         }
         assert said == {f.name: value(f) for f in FAMILIES.values()}, name
+        for family in FAMILIES.values():  # a kind of checkpoint served otherwise says its own
+            for label, variant in family.variants().items():
+                if value(variant) != value(family):
+                    assert f"{family.name}'s {label}: {value(variant)}" in text, name
     assert all(f"`{f}`" in described["MODEL_FAMILY"] for f in FAMILIES)
 
 

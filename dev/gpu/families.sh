@@ -5,6 +5,8 @@
 #
 #   bash dev/gpu/families.sh FAMILY PHASE PAGES
 #
+# FAMILY: a family (its first checkpoint), or a checkpoint by its example config's name
+# (lightonocr-3-4b); the dummy folder is named for the checkpoint, as the family is told by name.
 # PHASE: worker  the worker on its own server, PAGES pages in 2 jobs, then the direct path
 #        warm    a second worker start on the caches the first published (PAGES pages, no direct)
 #        fast    START_MODE=fast: its start and its pages/s (PAGES pages, then the direct path)
@@ -23,7 +25,8 @@ case "$family" in
   chandra) dir=$A/chandra-ocr-2-dummy ;;
   dots-ocr) dir=$A/dots.mocr-dummy ;;
   lighton-ocr) dir=$A/LightOnOCR-2-1B-dummy ;;
-  *) echo "unknown family $family" >&2; exit 2 ;;
+  lighton-ocr-3) dir=$A/LightOnOCR-3-0.8B-dummy ;;
+  *) dir=$A/$family-dummy ;;  # a checkpoint's example config (the generator checks the name)
 esac
 [ -d "$dir" ] || python3 dev/gpu/make_dummy_model.py "$family" "$dir" > /dev/null
 out=${OUT:-/tmp}/$family-$phase.txt
@@ -58,6 +61,11 @@ case "$phase" in
                        --trust-remote-code) name=model ;;
       lighton-ocr) flags=(--limit-mm-per-prompt '{"image": 1}' --mm-processor-cache-gb 0
                           --no-enable-prefix-caching --served-model-name lighton) name=lighton ;;
+      lighton-ocr-3|lightonocr-3-0.8b|lightonocr-3-4b)
+        flags=(--limit-mm-per-prompt '{"image": 1}' --max-model-len 18000
+               --default-chat-template-kwargs '{"enable_thinking": false}'
+               --mm-processor-cache-gb 0 --no-enable-prefix-caching --served-model-name loocr)
+        name=loocr ;;
     esac
     log=${OUT:-/tmp}/$family-makers-server.log
     t0=$(date +%s)
@@ -72,7 +80,7 @@ case "$phase" in
     done
     echo "makers' server healthy after $(( $(date +%s) - t0 )) s" >> "$out"
     ENGINE=openai OPENAI_BASE_URL=http://127.0.0.1:$port SERVED_MODEL_NAME=$name \
-      MODEL_FAMILY=$family MAX_NUM_SEQS=256 timeout 300 "${bench[@]}" >> "$out" 2>&1
+      MODEL_FAMILY=${family/#lightonocr-3-*/lighton-ocr-3} MAX_NUM_SEQS=256 timeout 300 "${bench[@]}" >> "$out" 2>&1
     kill -- -$server 2> /dev/null; sleep 3; kill -9 -- -$server 2> /dev/null
     tail -40 "$log" >> "$out"
     ;;

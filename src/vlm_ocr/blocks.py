@@ -55,6 +55,11 @@ class Block(BaseModel):
         description="A figure cut from the page: its file beside the page's text "
         "(page-0003-figure-1.png).",
     )
+    continues: bool | None = Field(
+        None,
+        description="True: it continues the block before it (a paragraph carried over to the "
+        "next column), so its text joins that block's; its box is where it is printed.",
+    )
 
 
 class PageBlocks(BaseModel):
@@ -83,6 +88,8 @@ class RawBlock:
     label: str
     box: tuple[float, ...] | None
     content: str
+    #: it continues the block before it (the model said so)
+    continues: bool = False
 
 
 @dataclass(frozen=True)
@@ -122,7 +129,16 @@ def place(
             sx, sy = pdf_size[0] / width, pdf_size[1] / height
             box_pt = (box[0] * sx, box[1] * sy, box[2] * sx, box[3] * sy)
         own = item.label if item.label.strip().lower() != kind else None
-        blocks.append(Block(kind=kind, box=box, box_pt=box_pt, content=item.content, label=own))  # type: ignore[arg-type]
+        blocks.append(
+            Block(
+                kind=kind,  # type: ignore[arg-type]
+                box=box,
+                box_pt=box_pt,
+                content=item.content,
+                label=own,
+                continues=True if item.continues else None,
+            )
+        )
     if dropped_boxes:
         notes.append(f"{dropped_boxes} block boxes were outside the page or not boxes: left out")
     if unknown:
@@ -146,16 +162,31 @@ def _clamp(box: Sequence[float] | None, width: int, height: int) -> Box | None:
     return (round(x0, 1), round(y0, 1), round(x1, 1), round(y1, 1))
 
 
+# kinds whose continuation joins the block before it on its line, as one paragraph
+PROSE = frozenset({"text", "list", "caption", "footnote"})
+
+
 def markdown(blocks: Sequence[Block], headers_footers: HeadersFooters = "drop") -> str:
     """The page's text from its blocks, in their order; headers, footers and page numbers only
-    when kept. A figure cut from the page is an image link, its caption the alt text."""
-    parts = []
+    when kept. A figure cut from the page is an image link, its caption the alt text. A block
+    that continues the one before it joins its paragraph (prose) or follows it on the next
+    line; after a block left out it starts a paragraph of its own."""
+    parts: list[str] = []
+    joined = False  # the block before was written: a continuation may join it
     for n, block in enumerate(blocks):
         if block.kind in RUNNING and headers_footers == "drop":
+            joined = False
             continue
         text = as_markdown(block, caption_of(blocks, n))
-        if text:
+        if not text:
+            joined = False
+            continue
+        if block.continues and joined:
+            glue = " " if block.kind in PROSE and blocks[n - 1].kind in PROSE else "\n"
+            parts[-1] = parts[-1] + glue + text
+        else:
             parts.append(text)
+        joined = True
     return "\n\n".join(parts)
 
 

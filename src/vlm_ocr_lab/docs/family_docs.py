@@ -1,9 +1,13 @@
-"""The model families as users read them: the docs' two family tables and each family's value of
-the settings whose default is the family's own, all written from `FAMILIES` (the families'
-classes) and checked against it by the tests.
+"""The model families as users read them: the docs' two family tables, the README's table of
+checkpoints and its "how to choose" (`family_table`), the Hub's presets (`hub_presets`), and each
+family's value of the settings whose default is the family's own, all written from `FAMILIES`
+(the families' classes) and checked against it by the tests. A family whose checkpoints are
+served differently (its `variants`) has a row for each.
 
-    python -m vlm_ocr_lab.docs.family_docs               both tables (docs/models.md)
-    python -m vlm_ocr_lab.docs.family_docs --write FILE  rewrite them where FILE marks them
+    python -m vlm_ocr_lab.docs.family_docs               the docs' tables (docs/models.md)
+    python -m vlm_ocr_lab.docs.family_docs --write FILE  rewrite the parts FILE marks
+                                                         (docs/models.md, README.md)
+    python -m vlm_ocr_lab.docs.family_docs --hub FILE    rewrite .runpod/hub.json's presets
 """
 
 from __future__ import annotations
@@ -17,24 +21,36 @@ from vlm_ocr.engines.families import FAMILIES, Attempt, Family
 from vlm_ocr.images import Budget
 from vlm_ocr.prompts import Prompt
 from vlm_ocr.settings import RenderSettings
-from vlm_ocr_lab.docs import generated
+from vlm_ocr_lab.docs import family_table, generated, hub_presets
 
 MAX_PIXELS = RenderSettings.model_fields["max_pixels"].default
 
 # Settings whose 0 means "the model family's own": each family's value, for their descriptions.
-PER_FAMILY: dict[str, Callable[[type[Family]], int]] = {
+PER_FAMILY: dict[str, Callable[[type[Family] | Family], int]] = {
     "max_tokens": lambda f: f.sampling.max_tokens,
     "max_attempts": lambda f: len(f.sampling.attempts),
     "max_model_len": lambda f: f.max_model_len,
 }
 
 
-def by_family(value: Callable[[type[Family]], int]) -> str:
-    """`qwen-vl` and `qwen3.5` 4096, `olmocr` 8000, …: each value once, with its families."""
+def by_family(value: Callable[[type[Family] | Family], int]) -> str:
+    """`qwen-vl` and `qwen3.5` 4096, `olmocr` 8000, …: each value once, with its families; a
+    family's checkpoints served otherwise say theirs after it (`chandra` and `lighton-ocr-3`
+    18000 (lighton-ocr-3's 1B: 16384))."""
     groups: dict[int, list[str]] = {}
+    notes: dict[int, list[str]] = {}
     for name, family in FAMILIES.items():
-        groups.setdefault(value(family), []).append(f"`{name}`")
-    return ", ".join(f"{_and(names)} {v}" for v, names in groups.items())
+        own = value(family)
+        groups.setdefault(own, []).append(f"`{name}`")
+        notes.setdefault(own, []).extend(
+            f"{name}'s {label}: {value(v)}"
+            for label, v in family.variants().items()
+            if value(v) != own
+        )
+    return ", ".join(
+        f"{_and(names)} {v}" + (f" ({'; '.join(notes[v])})" if notes[v] else "")
+        for v, names in groups.items()
+    )
 
 
 def _and(names: list[str]) -> str:
@@ -89,52 +105,84 @@ def behaviour_table() -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     for name, cls in FAMILIES.items():
-        family = cls()
-        flags = shlex.join(family.serve_args())
-        cells = [
-            f"`{name}`",
-            page_size(family.budget(MAX_PIXELS)),
-            prompt_of(family),
-            ladder(cls.sampling.attempts),
-            f"{cls.sampling.max_tokens:,}",
-            f"{cls.max_model_len:,}",
-            cls.answer + ("; thinking off, per request and at launch" if cls.thinks else ""),
-            f"`{flags}`" if flags else "—",
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
+        for label, family in cls.variants().items():
+            flags = shlex.join(family.serve_args())
+            cells = [
+                f"`{name}`" + (f" ({label})" if label else ""),
+                page_size(family.budget(MAX_PIXELS)),
+                prompt_of(family),
+                ladder(family.sampling.attempts),
+                f"{family.sampling.max_tokens:,}",
+                f"{family.max_model_len:,}",
+                family.answer
+                + ("; thinking off, per request and at launch" if family.thinks else ""),
+                f"`{flags}`" if flags else "—",
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def detection_table() -> str:
     lines = [
         "| family | title | config.json `architectures` | names it is told by | "
-        "image token (px a side) | blocks | vLLM at least | licence of the weights |",
-        "|---|---|---|---|---|---|---|---|",
+        "image token (px a side) | blocks | vLLM at least | the engine's packages | "
+        "licence of the weights |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, cls in FAMILIES.items():
         arch = ", ".join(f"`{a}`" for a in sorted(cls.architectures))
         hints = ", ".join(f"`{h}`" for h in cls.name_hints)
         if cls.fine_tune:
             hints += " (a fine-tune: its name tells it from its base)"
+        engine = [f"`{pin}`" for pin in cls.engine_pins]
+        engine += [f"not vLLM {v}: {why}" for v, why in cls.broken_vllm.items()]
         cells = [
             f"`{name}`",
             cls.title,
             arch,
             hints,
-            f"{cls.patch}",
+            per_variant(cls, lambda f: f"{f.patch}"),
             "with boxes" if cls.boxes else "none",
-            cls.min_vllm,
+            per_variant(cls, lambda f: f.min_vllm),
+            "; ".join(engine) or "the image's",
             cls.licence,
         ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-REGIONS = {"families": behaviour_table, "families-told": detection_table}
+def per_variant(cls: type[Family], value: Callable[[Family], str]) -> str:
+    """A fact of the family, and where one kind of its checkpoints differs, theirs."""
+    variants = cls.variants()
+    values = {label: value(v) for label, v in variants.items()}
+    first = next(iter(values.values()))
+    if len(set(values.values())) == 1:
+        return first
+    return "; ".join(f"{v} ({label})" for label, v in values.items())
+
+
+REGIONS: dict[str, Callable[[], str]] = {
+    "families": behaviour_table,
+    "families-told": detection_table,
+    "family-table": family_table.readme_table,
+    "how-to-choose": family_table.how_to_choose,
+}
+
+
+def write(path: Path) -> None:
+    """Rewrite every part of `path` that a region here makes (the others are left)."""
+    text = path.read_text(encoding="utf-8")
+    marked = {n: make() for n, make in REGIONS.items() if generated.region(text, n) is not None}
+    if not marked:
+        raise SystemExit(f"{path}: marks none of {', '.join(REGIONS)}")
+    generated.write(path, marked)
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--write"]:
-        generated.write(Path(sys.argv[2]), {name: make() for name, make in REGIONS.items()})
+        for name in sys.argv[2:]:
+            write(Path(name))
+    elif sys.argv[1:2] == ["--hub"]:
+        hub_presets.write(Path(sys.argv[2]))
     else:
         print(behaviour_table() + "\n\n" + detection_table())

@@ -2,8 +2,10 @@
 benchmark (`vlm-ocr-lab bench --instant-engine`) and the tests of the worker's transport.
 
 It can lose a share of the requests on the way, as a network, a proxy or a restarting server
-does (`FAULTS`), and answer a share slowly. What a fault looks like to the client is written
-once here (`send_fault`), for this server and for the tests' fault proxy in front of a real one.
+does (`FAULTS`), and answer a share slowly; `answer` makes its answers (in a model's format, for
+the tests of a family through the worker's whole path). What a fault looks like to the client is
+written once here (`send_fault`), for this server and for the tests' fault proxy in front of a
+real one.
 
     python -m vlm_ocr_lab.standins.instant_engine --faults 0.02 --slow 0.005
 
@@ -23,6 +25,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
@@ -111,9 +114,11 @@ class InstantEngine(LoopbackHTTP):
         kinds: tuple[str, ...] = FAULTS,
         seed: int = 0,
         spare: int = 0,
+        answer: Callable[[dict[str, Any]], str] | None = None,
     ) -> None:
         self.faults, self.slow, self.slow_s, self.kinds = faults, slow, slow_s, kinds
         self.spare = spare
+        self.answer = answer or (lambda request: f"Page {image_digest(request)}: its text.")
         self.random = random.Random(seed)
         self.stats: Counter[str] = Counter()
         self._lock = threading.Lock()
@@ -134,7 +139,7 @@ class InstantEngine(LoopbackHTTP):
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 request = json.loads(self.rfile.read(length) or b"{}")
-                answer = chat_answer(request, f"Page {image_digest(request)}: its text.")
+                answer = chat_answer(request, server.answer(request))
                 fault, slow = server.draw()
                 if fault:
                     send_fault(self, fault, answer)

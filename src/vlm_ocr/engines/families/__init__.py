@@ -4,8 +4,9 @@ told, its patch, its token caps and context). The family follows the model: its 
 (`architectures`, `model_type`) and its name decide it, `MODEL_FAMILY` overrides.
 
 Adding a family: a module here with its `Family` subclass, listed in `FAMILIES`, and a config of
-its shapes in `examples/` for `vlm-ocr plan`. The settings' per-family defaults and the families'
-table in the docs are written from `FAMILIES` (`tools/settings_docs.py`).
+each of its checkpoints' shapes in `examples/`. Nothing else knows a family by name: the engine's
+flags, the settings' per-family defaults, the docs' tables, the README's table and the Hub's
+presets are all written from `FAMILIES` (`vlm_ocr_lab.docs`).
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from typing import Any
 
 from ...errors import ConfigError
 from ..reading import Page, Reading
-from .base import AnswerError, Attempt, Family, Sampling
+from .base import AnswerError, Attempt, Checkpoint, Family, Sampling
 from .chandra import Chandra
 from .dots import DotsOcr
 from .lighton import LightOnOcr
+from .lighton3 import LightOnOcr3
 from .olmocr import OlmOcr
 from .qwen import Qwen35, QwenVl
 
@@ -26,19 +28,26 @@ __all__ = [
     "FAMILIES",
     "AnswerError",
     "Attempt",
+    "Checkpoint",
     "Detected",
     "Family",
     "Page",
     "Reading",
     "Sampling",
+    "default_family",
     "detect",
 ]
 
+# The first is the default: a model no family knows runs as it.
 FAMILIES: dict[str, type[Family]] = {
-    f.name: f for f in (QwenVl, Qwen35, OlmOcr, Chandra, DotsOcr, LightOnOcr)
+    f.name: f for f in (QwenVl, Qwen35, OlmOcr, Chandra, DotsOcr, LightOnOcr, LightOnOcr3)
 }
-# By name alone, a fine-tune first: its name may name its base too.
-BY_NAME = sorted(FAMILIES.values(), key=lambda f: not f.fine_tune)
+DEFAULT = next(iter(FAMILIES.values()))
+# By name alone, a fine-tune first (its name may name its base too), then the longest hint: a
+# family whose name extends another's (`lightonocr-3` and `lightonocr`) is told first.
+BY_NAME = sorted(
+    FAMILIES.values(), key=lambda f: (not f.fine_tune, -max(map(len, f.name_hints), default=0))
+)
 
 
 @dataclass(frozen=True)
@@ -63,7 +72,8 @@ def detect(
             raise ConfigError(
                 f"MODEL_FAMILY={override!r}: no such family; accepted: {', '.join(FAMILIES)}"
             )
-        return Detected(make(FAMILIES[override], model_type, options), f"MODEL_FAMILY={override}")
+        family = make(FAMILIES[override], model, model_type, options)
+        return Detected(family, f"MODEL_FAMILY={override}")
     name = model.lower()
     architectures = [str(a) for a in config.get("architectures") or []]
     if architectures:
@@ -77,19 +87,20 @@ def detect(
                 f"knows; it runs as a Qwen chat VLM: set MODEL_FAMILY to one of "
                 f"{', '.join(FAMILIES)} if it is another"
             )
-            return Detected(make(QwenVl, model_type, options), "unknown architecture", warning)
+            family = make(DEFAULT, model, model_type, options)
+            return Detected(family, "unknown architecture", warning)
         why = f"config.json architecture {architectures[0]}" + (
             f" and the name {model}" if hinted else ""
         )
-        return Detected(make(chosen, model_type, options), why)
-    for family in BY_NAME:
-        if named(family, name):
-            return Detected(make(family, model_type, options), f"the name {model}")
+        return Detected(make(chosen, model, model_type, options), why)
+    for known in BY_NAME:
+        if named(known, name):
+            return Detected(make(known, model, model_type, options), f"the name {model}")
     warning = (
         f"no config.json of {model} to read and nothing in its name tells its family; it runs "
         f"as a Qwen chat VLM: set MODEL_FAMILY to one of {', '.join(FAMILIES)} if it is another"
     )
-    return Detected(make(QwenVl, model_type, options), "default", warning)
+    return Detected(make(DEFAULT, model, model_type, options), "default", warning)
 
 
 def named(family: type[Family], name: str) -> bool:
@@ -97,7 +108,10 @@ def named(family: type[Family], name: str) -> bool:
     return any(hint in name for hint in family.name_hints)
 
 
-def make(family: type[Family], model_type: str, options: dict[str, Any]) -> Family:
-    if issubclass(family, QwenVl):
-        return family(model_type, **options)
-    return family(model_type)
+def make(family: type[Family], model: str, model_type: str, options: dict[str, Any]) -> Family:
+    return family(model_type, model=model, **options)
+
+
+def default_family(**options: Any) -> Family:
+    """The family a model runs as when nothing tells another (the first of `FAMILIES`)."""
+    return DEFAULT(**options)

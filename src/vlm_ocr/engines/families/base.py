@@ -45,6 +45,36 @@ def temperatures(*values: float, top_p: float | None = None) -> tuple[Attempt, .
     return tuple(Attempt(t, top_p) for t in values)
 
 
+@dataclass(frozen=True)
+class Checkpoint:
+    """A published checkpoint of a family, as the README's table and the Hub's presets name it.
+    Its shapes live once, in `examples/<example>.config.json`: `vlm-ocr plan`, the dummy-weight
+    folders of the GPU check and the tests' tiny models all read them from there."""
+
+    repo: str
+    #: the stem of its example config in `examples/` ("": none kept here)
+    example: str
+    #: what it is made of, for the table ("Qwen3.5, 4B")
+    what: str
+    #: its makers' overall olmOCR-bench figure, as the worker reads the model (None: none)
+    olmocr_bench: float | None = None
+    #: what that figure is, where a reader must know ("86.1 with the makers' PP3")
+    score_note: str = ""
+    #: OmniDocBench v1.0 edit distance, English / Chinese, as published ("": none)
+    omnidocbench: str = ""
+    #: the Hub preset's words: where it runs and what it is for ("": no preset)
+    preset: str = ""
+    #: the preset's settings beside MODEL_NAME
+    preset_defaults: tuple[tuple[str, int | str], ...] = ()
+    #: the licence of its weights, where it is not its family's
+    licence: str = ""
+
+    @property
+    def short(self) -> str:
+        """Its name without its owner (`LightOnOCR-3-0.8B`)."""
+        return self.repo.rsplit("/", 1)[-1]
+
+
 class Family:
     """The Qwen chat default's behaviour; families override what their makers do differently.
 
@@ -79,9 +109,29 @@ class Family:
     #: block labels of the family onto the block vocabulary
     labels: ClassVar[dict[str, str]] = {}
     licence: ClassVar[str] = ""
+    #: the published checkpoints (the first the family's own example)
+    checkpoints: ClassVar[tuple[Checkpoint, ...]] = ()
+    #: packages the engine's Python must have at these versions for this family; the image's
+    #: build installs those of MODEL_NAME's family (`builder/engine_pins.py`)
+    engine_pins: ClassVar[tuple[str, ...]] = ()
+    #: vLLM releases the family's makers say break it, with what they say
+    broken_vllm: ClassVar[dict[str, str]] = {}
 
-    def __init__(self, model_type: str = "") -> None:
+    def __init__(
+        self, model_type: str = "", *, model: str = "", max_pixels: int = 1_600_000
+    ) -> None:
+        """`model_type` from its config.json ("" when there is none to read), `model` its
+        name, `max_pixels` the worker's MAX_PIXELS: a family whose checkpoints differ tells
+        them apart by these."""
         self.model_type = model_type
+        self.model = model.lower()
+        self.max_pixels = max_pixels
+
+    @classmethod
+    def variants(cls) -> dict[str, Family]:
+        """The family as each kind of its checkpoints is served, for the docs' tables; one
+        unless its checkpoints differ (their sizes in the key)."""
+        return {"": cls()}
 
     # --- pages and requests -----------------------------------------------------------------
 

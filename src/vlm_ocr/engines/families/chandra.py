@@ -17,7 +17,7 @@ from ...images import Budget
 from ...prompts import Prompt
 from ..reading import Page, Reading
 from . import html
-from .base import AnswerError, Attempt, Family, Sampling, from_grid
+from .base import AnswerError, Attempt, Checkpoint, Family, Sampling, from_grid
 
 PROMPT = Prompt(
     "chandra-ocr-layout",
@@ -70,6 +70,16 @@ class Chandra(Family):
     labels = LABELS
     licence = (
         "modified OpenRAIL-M (free under US$2M revenue or funding; not to compete with Datalab)"
+    )
+    checkpoints = (
+        Checkpoint(
+            "datalab-to/chandra-ocr-2",
+            "chandra-ocr-2",
+            "Qwen3.5, 4B",
+            85.9,
+            "its makers' figure; on LightOn's harness 85.8, 85.1 without Datalab's post-processing",
+            preset="any listed GPU (OCR with layout blocks)",
+        ),
     )
     MAX_PIXELS = 3072 * 2048
 

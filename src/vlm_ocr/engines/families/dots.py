@@ -14,7 +14,7 @@ from ...blocks import RawBlock
 from ...images import Budget
 from ...prompts import Prompt
 from ..reading import Page, Reading
-from .base import AnswerError, Family, Sampling, temperatures
+from .base import AnswerError, Checkpoint, Family, Sampling, temperatures
 from .qwen import smart_resize
 
 PROMPT = Prompt(
@@ -61,6 +61,18 @@ class DotsOcr(Family):
     text_layer_fallback = True
     labels = LABELS
     licence = "MIT, with its makers' licence agreement (commercial use allowed)"
+    checkpoints = (
+        Checkpoint(
+            "rednote-hilab/dots.mocr",
+            "dots.ocr",
+            "dots.mocr (1.5), 3B",
+            83.9,
+            preset="any listed GPU (OCR with layout blocks)",
+        ),
+        Checkpoint(
+            "rednote-hilab/dots.ocr", "", "dots.ocr, 1.7B", 79.1, omnidocbench="0.125 / 0.160"
+        ),
+    )
 
     def budget(self, max_pixels: int) -> Budget:
         return Budget(MAX_PIXELS, dpi=200)

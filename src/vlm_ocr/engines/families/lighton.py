@@ -1,20 +1,28 @@
 """LightOnOCR 2 (lightonai/LightOnOCR-2-1B: a Pixtral vision encoder and a Qwen3 decoder),
-driven as its model card drives it: the page image alone, no text prompt, drawn 1540 px on its
-longest side, temperature 0.2 with top_p 0.9, 4,096-token answers of Markdown (tables as HTML,
-math as LaTeX)."""
+driven as its model card and its makers' client drive it: the page image alone, no text prompt,
+drawn 1540 px on its longest side, temperature 0.2 with top_p 0.9, answers of Markdown (tables
+as HTML, math as LaTeX) with their escaped dollars repaired as its makers repair them (prices
+left alone). It has no grounding mode: LightOnOCR-3 is its own family (`lighton3.py`).
+
+Its answers may run to 12,288 tokens, what its makers' benchmarks give the same graph in the same
+16,384-token context (their client sets no cap at all); its makers serve it without prefix
+caching and pin transformers 5.16.1 for its Pixtral code (`engine_pins`)."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from ...images import Budget
 from ...prompts import Prompt
 from ..reading import Page, Reading
-from .base import AnswerError, Family, Sampling, temperatures
+from .base import AnswerError, Checkpoint, Family, Sampling, temperatures
+from .dollars import fix_escaped_dollars
 
 PROMPT = Prompt("lighton-image-only", "1", "")
-_ESCAPED_DOLLAR = re.compile(r"\\\$")
+# What its makers say of the engine, for every LightOnOCR model: transformers 5.17 renamed a class
+# vLLM 0.30's Pixtral code imports (vLLM 0.32 reads either); vLLM 0.27.1 makes them loop.
+ENGINE_PINS = ("transformers==5.16.1",)
+BROKEN_VLLM = {"0.27.1": "its compiled mode makes every LightOnOCR model loop (LightOn)"}
 
 
 class LightOnOcr(Family):
@@ -25,11 +33,23 @@ class LightOnOcr(Family):
     name_hints = ("lightonocr",)
     patch = 28  # Pixtral's: patch 14, merged 2×2
     prompt = PROMPT
-    sampling = Sampling(temperatures(0.2, 0.3, 0.5, 0.8, top_p=0.9), 4096)
+    sampling = Sampling(temperatures(0.2, 0.3, 0.5, 0.8, top_p=0.9), 12288)
     max_model_len = 16384
     min_vllm = "0.11.1"
     text_layer_fallback = True
     licence = "Apache-2.0"
+    engine_pins = ENGINE_PINS
+    broken_vllm = BROKEN_VLLM
+    checkpoints = (
+        Checkpoint(
+            "lightonai/LightOnOCR-2-1B",
+            "lightonocr-2-1b",
+            "Pixtral + Qwen3, 1B",
+            83.2,
+            "its makers' figure, headers and footers left out of the score",
+            preset="any listed GPU (Markdown only, no blocks)",
+        ),
+    )
     LONGEST_SIDE = 1540
 
     def budget(self, max_pixels: int) -> Budget:
@@ -49,7 +69,7 @@ class LightOnOcr(Family):
         return [{"type": "image_url", "image_url": {"url": image_url}}]
 
     def parse(self, answer: str, prompt: Prompt, page: Page) -> Reading:
-        text = _ESCAPED_DOLLAR.sub("$", answer).strip()
+        text = fix_escaped_dollars(answer).strip()
         if not text:
             raise AnswerError("the answer is empty")
         return Reading(text)

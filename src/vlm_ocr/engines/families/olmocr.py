@@ -13,7 +13,7 @@ from typing import Any
 from ...images import Budget
 from ...prompts import Prompt
 from ..reading import Page, Reading
-from .base import AnswerError, Family, Sampling, temperatures
+from .base import AnswerError, Checkpoint, Family, Sampling, temperatures
 
 PROMPT = Prompt(
     "olmocr-v4-yaml",
@@ -46,6 +46,15 @@ class OlmOcr(Family):
     min_vllm = "0.11.0"
     text_layer_fallback = True
     licence = "Apache-2.0"
+    checkpoints = (
+        Checkpoint(
+            "allenai/olmOCR-2-7B-1025-FP8",
+            "olmocr-2-7b-1025-fp8",
+            "Qwen2.5-VL, 7B, FP8",
+            82.4,
+            preset="any listed GPU (OCR fine-tune of Qwen2.5-VL; 10 GB of weights)",
+        ),
+    )
     LONGEST_SIDE = 1288
 
     def budget(self, max_pixels: int) -> Budget:

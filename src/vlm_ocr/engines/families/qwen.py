@@ -10,7 +10,7 @@ from ...blocks import RawBlock
 from ...prompts import Prompt
 from ..reading import Page, Reading
 from . import html
-from .base import AnswerError, Family, Sampling, from_grid, temperatures
+from .base import AnswerError, Checkpoint, Family, Sampling, from_grid, temperatures
 
 # model_type of the Qwen2 generations: a 28 px token, and boxes in pixels of the resized image
 QWEN2_TYPES = ("qwen2_5_vl", "qwen2_vl")
@@ -97,10 +97,41 @@ class QwenVl(Family):
     boxes = True  # with the qwenvl-html prompt
     labels = QWENVL_LABELS
     licence = "Apache-2.0"
+    checkpoints = (
+        Checkpoint(
+            "QuantTrio/Qwen3-VL-32B-Instruct-AWQ",
+            "qwen3-vl-32b-instruct-awq",
+            "Qwen3-VL, 32B, AWQ INT4",
+            preset="any listed GPU (general VLM, takes custom prompts and JSON schemas)",
+        ),
+        Checkpoint(
+            "Qwen/Qwen3-VL-32B-Instruct-FP8",
+            "qwen3-vl-32b-instruct-fp8",
+            "Qwen3-VL, 32B, FP8",
+            preset="H200 (fastest Qwen3-VL on Hopper; needs a network volume)",
+        ),
+        Checkpoint(
+            "Qwen/Qwen3-VL-32B-Instruct",
+            "qwen3-vl-32b-instruct",
+            "Qwen3-VL, 32B, BF16",
+            preset="on 2 GPUs of 48-80 GB per worker (TENSOR_PARALLEL_SIZE=2); on several GPUs "
+            "any other preset runs a replica per GPU",
+            preset_defaults=(("TENSOR_PARALLEL_SIZE", 2),),
+        ),
+        Checkpoint(
+            "QuantTrio/Qwen3-VL-8B-Instruct-AWQ",
+            "qwen3-vl-8b-instruct-awq",
+            "Qwen3-VL, 8B, AWQ INT4",
+            64.6,
+            "Qwen3-VL-8B, in Datalab's table",
+        ),
+    )
 
-    def __init__(self, model_type: str = "", max_pixels: int = 1_600_000) -> None:
-        super().__init__(model_type)
-        self.max_pixels = max_pixels  # what the server's processor resizes to (MAX_PIXELS)
+    def __init__(
+        self, model_type: str = "", *, model: str = "", max_pixels: int = 1_600_000
+    ) -> None:
+        # `max_pixels`: what the server's processor resizes to (MAX_PIXELS)
+        super().__init__(model_type, model=model, max_pixels=max_pixels)
         if model_type.startswith(QWEN2_TYPES):
             self.patch = 28  # patch 14, merged 2×2 (Qwen3-VL and Qwen3.5: 16, merged 2×2)
 
@@ -156,3 +187,12 @@ class Qwen35(QwenVl):
     name_hints = ("qwen3.5", "qwen3.6", "qwen3_5", "qwen3_6")
     min_vllm = "0.17.0"
     thinks = True
+    checkpoints = (
+        Checkpoint(
+            "Qwen/Qwen3.6-27B-FP8",
+            "",
+            "Qwen3.6, 27B, FP8",
+            preset="H200 (hybrid general VLM, thinking off)",
+        ),
+        Checkpoint("Qwen/Qwen3.6-35B-A3B", "", "Qwen3.6, 35B mixture of experts (3B active)"),
+    )

@@ -15,8 +15,7 @@ from dataclasses import dataclass
 
 from ...errors import ConfigError
 from ...settings import Settings, StartMode, VllmSettings
-from ..families import Family
-from ..families.qwen import QwenVl
+from ..families import Family, default_family
 from ..gpu import GpuFacts
 
 # `MAX_NUM_SEQS=0`: sequences by the memory the engine has (GiB, all its GPUs). On an H200 the 32B
@@ -78,8 +77,8 @@ def compilation_args(vllm: VllmSettings, max_num_seqs: int) -> list[str]:
 
 
 # One API server decoded and preprocessed about 6 MP of page images a second on an H200 host:
-# Chandra 2's 3.5 MP pages ran at 1.80 pages/s through one and 4.03 through four, where the GPU
-# took over. So one per megapixel of the family's page budget, within what the CPUs leave: the
+# 3.5 MP pages (a layout model's) ran at 1.80 pages/s through one and 4.03 through four, where the
+# GPU took over. So one per megapixel of the family's page budget, within what the CPUs leave: the
 # engine core, the worker, its render and CPU-model processes need the other three quarters.
 PIXELS_PER_API_SERVER = 1_000_000
 
@@ -153,7 +152,7 @@ class ServeSpec:
         dtype by their compute capability, the API servers by the CPUs and the family's page
         size, the page and context sizes and the extra flags by the family."""
         vllm = settings.vllm
-        family = family or QwenVl()
+        family = family or default_family(max_pixels=settings.render.max_pixels)
         memory = gpu.memory_gib(vllm.tensor_parallel_size)
         replicas = data_parallel_size(vllm, gpu)
         page_pixels = family.budget(settings.render.max_pixels).max_pixels

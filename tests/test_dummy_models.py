@@ -1,0 +1,165 @@
+"""A checkpoint's shapes live once, in its example config: the GPU check's dummy-weight folders
+(`dev/gpu/make_dummy_model.py`) and the tests' tiny models read them from there, and the folders
+load as their real checkpoints' do (transformers in the engine's environment: its config, its
+tokenizer with the real special tokens and ids, its processor, the image tokens a page becomes,
+the chat template's thinking switch)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from vlm_ocr.engines.families import FAMILIES
+
+from .support import ROOT
+from .support import make_tiny_model as tiny
+from .support.engine import engine_python
+
+GENERATOR = ROOT / "dev/gpu/make_dummy_model.py"
+EXAMPLES = sorted((ROOT / "examples").glob("*.config.json"))
+
+
+def generate(name: str, out: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(engine_python()), str(GENERATOR), name, str(out)],
+        env={"PYTHONPATH": str(ROOT / "src"), "HF_HUB_OFFLINE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_every_family_checkpoint_has_its_example_config() -> None:
+    stems = {p.name.removesuffix(".config.json") for p in EXAMPLES}
+    for family in FAMILIES.values():
+        for c in family.checkpoints:
+            if c.example:
+                assert c.example in stems, c.repo
+                config = json.loads((ROOT / f"examples/{c.example}.config.json").read_text())
+                assert config["_name_or_path"] == c.repo
+
+
+def test_the_generator_retypes_no_shape() -> None:
+    source = GENERATOR.read_text()
+    for shape in ("hidden_size", "num_hidden_layers", "intermediate_size", "num_attention_heads"):
+        assert f'"{shape}"' not in source, shape  # it reads them from the example config
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
+def test_each_dummy_folder_is_its_example_config_as_it_is(example: Path, tmp_path: Path) -> None:
+    name = example.name.removesuffix(".config.json")
+    proc = generate(name, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    written = json.loads((tmp_path / "config.json").read_text())
+    shapes = json.loads(example.read_text())
+    shapes.pop("_name_or_path")
+    if shapes["model_type"] == "dots_ocr":  # its configuration module, as the real ones bring
+        assert written.pop("auto_map") == {"AutoConfig": "configuration_dots.DotsOCRConfig"}
+    assert written == shapes
+    files = {p.name for p in tmp_path.iterdir()}
+    assert {"tokenizer.json", "tokenizer_config.json", "preprocessor_config.json"} <= files
+    assert {"generation_config.json", "chat_template.jinja"} <= files
+
+
+def test_a_family_name_gives_its_first_checkpoints_folder(tmp_path: Path) -> None:
+    assert generate("lighton-ocr-3", tmp_path).returncode == 0
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["architectures"] == ["Qwen3_5ForConditionalGeneration"]
+    assert config["text_config"]["hidden_size"] == 1024  # the 0.8B's, from its example
+    refused = generate("no-such-model", tmp_path / "x")
+    assert refused.returncode != 0 and "no such example config or family" in refused.stderr
+
+
+LOAD = """
+import json, sys
+from PIL import Image
+from transformers import AutoConfig, AutoProcessor, AutoTokenizer
+
+folder, width, height = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+config = AutoConfig.from_pretrained(folder)
+tok = AutoTokenizer.from_pretrained(folder)
+proc = AutoProcessor.from_pretrained(folder)
+messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "grounding"}]}]
+text = proc.apply_chat_template(
+    messages, add_generation_prompt=True, tokenize=False, enable_thinking=False
+)
+ids = proc(text=[text], images=[Image.new("RGB", (width, height), "white")])["input_ids"][0]
+ids = ids.tolist() if hasattr(ids, "tolist") else list(ids)
+names = ("<|image_pad|>", "<|im_end|>", "<|endoftext|>", "<think>", "</think>")
+print(json.dumps({
+    "architectures": config.architectures,
+    "image_token_id": config.image_token_id,
+    "ids": {t: tok.convert_tokens_to_ids(t) for t in names},
+    "processor": type(proc).__name__,
+    "image_tokens": ids.count(config.image_token_id),
+    "prompt_end": text[-60:],
+}))
+"""
+
+
+@pytest.mark.parametrize(
+    ("example", "page", "image_tokens", "thinking_off"),
+    [
+        # an A4 page at 2,048 px: 1,440 × 2,048 on the 32 px grid, 45 × 64 tokens
+        ("lightonocr-3-0.8b", (1447, 2048), 2880, True),
+        ("lightonocr-3-4b", (1447, 2048), 2880, True),
+        # the 1B: Pixtral's 28 px tokens of a page at 1,540 px
+        ("lightonocr-3-1b", (1088, 1540), 2145, False),
+    ],
+)
+def test_the_lightonocr_3_folders_load_as_their_checkpoints_do(
+    example: str, page: tuple[int, int], image_tokens: int, thinking_off: bool, tmp_path: Path
+) -> None:
+    assert generate(example, tmp_path).returncode == 0
+    proc = subprocess.run(
+        [str(engine_python()), "-c", LOAD, str(tmp_path), *map(str, page)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert found["image_tokens"] == image_tokens
+    ids = found["ids"]
+    assert ids["<|image_pad|>"] == found["image_token_id"]
+    if thinking_off:  # Qwen3.5's vocabulary, and its template's switch
+        assert found["architectures"] == ["Qwen3_5ForConditionalGeneration"]
+        assert found["processor"] == "Qwen3VLProcessor"
+        assert ids == {
+            "<|image_pad|>": 248056,
+            "<|im_end|>": 248046,
+            "<|endoftext|>": 248044,
+            "<think>": 248068,
+            "</think>": 248069,
+        }
+        assert found["prompt_end"].endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    else:  # LightOnOCR 2's graph: Qwen's vocabulary, its own image tokens
+        assert found["architectures"] == ["LightOnOCRForConditionalGeneration"]
+        assert found["processor"] == "LightOnOcrProcessor"
+        assert (ids["<|image_pad|>"], ids["<|im_end|>"]) == (151655, 151645)
+
+
+@pytest.mark.parametrize("arch", tiny.ARCHITECTURES)
+def test_the_tiny_models_are_their_examples_scaled_down(arch: str) -> None:
+    ids = {t: n for n, t in enumerate(tiny.SPECIAL_TOKENS)} | {"vocab_size": 512}
+    config = tiny.tiny_config(arch, ids)
+    shapes = json.loads((ROOT / f"examples/{tiny.SHAPES[arch]}.config.json").read_text())
+    real = shapes.get("text_config") or shapes
+    text = config["text_config"]
+    assert config["architectures"] == shapes["architectures"]
+    assert text["num_hidden_layers"] < real["num_hidden_layers"]
+    assert text["hidden_size"] < real["hidden_size"] and text["vocab_size"] == 512
+    head_dim = real.get("head_dim") or real["hidden_size"] // real["num_attention_heads"]
+    assert text["head_dim"] == head_dim
+    rope = real.get("rope_parameters") or real.get("rope_scaling")
+    assert text.get("rope_parameters", text.get("rope_scaling")) == rope
+    if "layer_types" in real:  # the hybrid's pattern kept: gated-delta-net, then attention
+        assert text["layer_types"] == real["layer_types"][: text["num_hidden_layers"]]
+        assert "full_attention" in text["layer_types"] and "linear_attention" in text["layer_types"]
+    vision = config["vision_config"]
+    assert vision["patch_size"] == shapes["vision_config"]["patch_size"]
+    assert config["image_token_id"] == ids["<|image_pad|>"]

@@ -1,21 +1,35 @@
 # Sourced on the GPU host from the project's root: the worker's environment there. The bundle
-# (vLLM 0.26 and the worker's dependencies, built by the shared make-bundle script) is unpacked
-# in /tmp/acc once: from its chunks, whichever way they were split (cNN or bNN).
-#   . dev/gpu/env.sh            then: python3 -m vlm_ocr bench ...
+# (dev/gpu/make_bundle.sh, or the shared make-bundle script's cNN chunks) is unpacked in /tmp/acc
+# by dev/gpu/unpack.sh, each part once.
+#   . dev/gpu/env.sh            then: python3 -m vlm_ocr_lab bench ...
+# VLLM=0.26 (default) runs the engine on vLLM 0.26 and the host's torch 2.11 (/tmp/acc/site);
+# VLLM=0.32 on vLLM 0.32 and torch 2.13 (/tmp/acc/site32), with the CUDA libraries of part n
+# (/tmp/acc/nv) ahead of the host's own where it was carried.
 # TF516=1 puts transformers 5.16.1 (/tmp/acc/tf, unpacked from its wheel) first on the engine's
 # path: vLLM 0.26's Pixtral code (LightOnOCR) imports a class transformers 5.17 renamed.
 # The compile caches go to /runpod-volume, as on a RunPod endpoint with a network volume, so
 # they are keyed and published as the worker does there.
 A=/tmp/acc
-if [ ! -d $A/site ]; then
-  cat $A/[bc][0-9][0-9] | xz -d -T0 | tar -x -C $A && rm -f $A/[bc][0-9][0-9]
-fi
+bash dev/gpu/unpack.sh
 if [ -f $A/transformers-5.16.1-py3-none-any.whl ] && [ ! -d $A/tf ]; then
   python3 -m zipfile -e $A/transformers-5.16.1-py3-none-any.whl $A/tf
 fi
-engine_path=$A/site
-[ "${TF516:-0}" = 1 ] && engine_path=$A/tf:$A/site
-printf '#!/bin/sh\nPYTHONPATH=%s exec python3 "$@"\n' "$engine_path" > $A/vllm-python
+engine_ld=
+case "${VLLM:-0.26}" in
+  0.26) engine_path=$A/site ;;
+  0.32)
+    engine_path=$A/site32
+    [ -d $A/nv ] && engine_path=$engine_path:$A/nv
+    # torch 2.13's RPATH names its own site's nvidia/ folders, which hold none of its libraries
+    for d in $A/nv/nvidia/*/lib \
+      "$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"/nvidia/*/lib; do
+      [ -d "$d" ] && engine_ld=$engine_ld${engine_ld:+:}$d
+    done
+    engine_ld="LD_LIBRARY_PATH=$engine_ld\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH} " ;;
+  *) echo "VLLM=$VLLM: 0.26 or 0.32" >&2; return 2 ;;
+esac
+[ "${TF516:-0}" = 1 ] && engine_path=$A/tf:$engine_path
+printf '#!/bin/sh\n%sPYTHONPATH=%s exec python3 "$@"\n' "$engine_ld" "$engine_path" > $A/vllm-python
 chmod +x $A/vllm-python
 mkdir -p /runpod-volume
 if [ -n "${CACHE_DIR:-}" ]; then  # every cache in one folder given by hand (as set, not keyed)

@@ -101,6 +101,7 @@ class VllmServer:
         self.cache_env: dict[str, str] = {}
         self.start_log = StartLog()
         self._t_spawn = 0.0
+        self._vllm_version: str | None = None  # the engine's, read once at start
         self.failure: str | None = None
         self._failed = asyncio.Event()  # set once `failure` says why the server is gone
         self._watcher: asyncio.Task[None] | None = None
@@ -123,6 +124,7 @@ class VllmServer:
             self.facts["download_s"] = round(time.perf_counter() - t_download, 2)
             self._check_family()
         t0 = time.perf_counter()
+        await self._size_for_engine()
         for attempt in range(1, START_ATTEMPTS + 1):
             await self._prepare_caches()  # again after a failed attempt discarded its build
             port = vllm.vllm_port or self._pick_port()
@@ -153,11 +155,25 @@ class VllmServer:
         self.facts["argv"] = self.children[0].argv[1:]
         self.facts["split_start"] = len(self.children) > 1
         self.facts["api_server_count"] = self.spec.api_server_count
+        self.facts["renderer_num_workers"] = self.spec.renderer_num_workers
         self.facts["start_mode"] = self.spec.vllm.start_mode.value
         self.facts["pid"] = self.proc.pid if self.proc else None
         self.facts["cold_start"] = self.start_log.facts()
         log.info("engine start, by vLLM's log: %s", self.start_log.summary())
         return dict(self.facts)
+
+    async def _size_for_engine(self) -> None:
+        """Read the engine's vLLM once and size the front ends for it (how they start and
+        preprocess differs between releases)."""
+        if self._vllm_version is None:
+            self._vllm_version = await _engine_vllm_version(self.spec.vllm.vllm_python)
+            self.spec = self.spec.on_vllm(self._vllm_version)
+            log.info(
+                "vLLM %s: %d API server(s), %d renderer thread(s) each",
+                self._vllm_version,
+                self.spec.api_server_count,
+                self.spec.renderer_num_workers,
+            )
 
     async def ready(self) -> dict[str, Any]:
         """The engine served a real page: its compile caches are whole, and are published."""
@@ -178,8 +194,7 @@ class VllmServer:
             self.facts["caches"] = {"state": "as VLLM_CACHE_ROOT and the others were set"}
             return
         if self.cache is None:
-            version = await _engine_vllm_version(self.spec.vllm.vllm_python)
-            key = cache_key(self.spec, version, os.environ)
+            key = cache_key(self.spec, self._vllm_version or "unknown", os.environ)
             self.cache = VolumeCache(volume / "vllm-cache", key)
         folder = await asyncio.to_thread(self.cache.prepare)
         self.cache_env = self.cache.env(folder)

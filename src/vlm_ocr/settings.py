@@ -467,6 +467,12 @@ class VllmSettings(Group):
         gt=0,
         description="Time allowed from spawning the server to a healthy warm engine.",
     )
+    vllm_cache_seed: str = Field(
+        "/opt/vllm-cache-seed",
+        description="A folder of vLLM cache entries made when the image was built (the model "
+        "classes' inspection, `modelinfos/`), copied into each new cache folder so a fresh "
+        "start skips that step; none there, nothing copied.",
+    )
 
     @field_validator("gdn_prefill_backend")
     @classmethod

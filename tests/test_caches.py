@@ -4,6 +4,7 @@ cache for either (`engines/vllm/caches.py`)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import multiprocessing
 import os
@@ -40,6 +41,8 @@ from vlm_ocr.engines.vllm.logs import (
 )
 from vlm_ocr.engines.vllm.server import VllmServer, _autotune_files
 from vlm_ocr.settings import Settings
+
+from .support import ROOT
 
 H200 = GpuFacts.parse("NVIDIA H200, 143771 MiB, 9.0")
 H100 = GpuFacts.parse("NVIDIA H100 80GB HBM3, 81559 MiB, 9.0")
@@ -276,6 +279,24 @@ def test_a_new_cache_folder_gets_the_images_model_inspection(tmp_path: Path) -> 
     assert seed(None, tmp_path / "empty") == []
 
 
+def test_the_images_seed_covers_every_family() -> None:
+    """Both images run vLLM's inspection at build over the families' configs in examples/ (one
+    each), into the folder the worker copies from by default."""
+    found = importlib.util.spec_from_file_location("seed", ROOT / "builder/seed_vllm_cache.py")
+    assert found is not None and found.loader is not None
+    module = importlib.util.module_from_spec(found)
+    found.loader.exec_module(module)
+    inspected = set(module.architectures([ROOT / "examples"]))
+    for name, family in FAMILIES.items():
+        assert family.architectures & inspected, name
+    out = Settings().vllm.vllm_cache_seed
+    for dockerfile in ("Dockerfile", ".runpod/Dockerfile"):
+        text = (ROOT / dockerfile).read_text()
+        assert "COPY examples/*.config.json /tmp/seed-configs/" in text, dockerfile
+        assert f"seed_vllm_cache.py --out {out}" in text, dockerfile
+    assert "!examples/*.config.json" in (ROOT / ".dockerignore").read_text()
+
+
 def test_vllms_cache_root_follows_its_own_rule(tmp_path: Path) -> None:
     assert vllm_cache_root({"VLLM_CACHE_ROOT": str(tmp_path)}) == tmp_path
     assert vllm_cache_root({"XDG_CACHE_HOME": str(tmp_path)}) == tmp_path / "vllm"
@@ -509,6 +530,16 @@ def test_a_warm_start_that_had_to_compile_or_profile_again_says_why() -> None:
         ]
     ).facts()
     assert saved["compile_cache_save_failure"] == "disk full"
+    # a compiled model that fails to load is compiled again, whatever else the log says (vLLM's
+    # CPU build compiles with its eager backend and logs no graph of it)
+    cpu = read(
+        [
+            "(EngineCore pid=8842) WARNING 12-02 05:20:01 [decorators.py:334] Compiling model "
+            f"again due to a load failure from {AOT_MODEL}, reason: 'function' object has no "
+            "attribute 'finalize_loading'"
+        ]
+    ).facts()
+    assert cpu["compile_cache"] == "miss"
 
 
 @pytest.mark.parametrize(

@@ -242,7 +242,8 @@ class StartLog:
         """What became of torch.compile: loaded whole, traced again with its graphs loaded,
         compiled, or nothing compiled at all."""
         seen = self.compiles
-        if "compiled" in seen or ("traced" in seen and "graphs_loaded" not in seen):
+        failed = "compile_cache_load_failure" in self.trouble  # vLLM then compiles again
+        if failed or "compiled" in seen or ("traced" in seen and "graphs_loaded" not in seen):
             return MISS
         if "traced" in seen:
             return RETRACED

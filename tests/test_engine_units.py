@@ -494,3 +494,21 @@ def test_the_engine_facts_name_the_gemm_kernel_of_the_weights() -> None:
     assert facts_in(awq) == {"linear_kernel": "MacheteLinearKernel"}
     attention = "INFO [cuda.py:482] Using FLASH_ATTN attention backend out of potential backends"
     assert facts_in(attention) == {"attention_backend": "FLASH_ATTN"}
+
+
+def test_the_engines_vllm_is_read_without_importing_it(loop, tmp_path: Path) -> None:
+    import sys
+
+    from vlm_ocr.engines.vllm.server import _engine_vllm_version
+
+    # unpacked wheels with no package metadata (the GPU host's bundle): the version vLLM's build
+    # wrote beside it, and vLLM itself never imported (its __init__ here would fail the read)
+    package = tmp_path / "site" / "vllm"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("raise SystemExit(3)\n")
+    (package / "_version.py").write_text("__version__ = version = '0.26.0'\n")
+    python = tmp_path / "vllm-python"
+    python.write_text(f'#!/bin/sh\nPYTHONPATH={tmp_path / "site"} exec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    assert loop.run(_engine_vllm_version(str(python))) == "0.26.0"
+    assert loop.run(_engine_vllm_version("false")) == "unknown"

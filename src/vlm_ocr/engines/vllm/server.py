@@ -64,8 +64,20 @@ _LAUNCH = (
     "os.execv(sys.executable, [sys.executable, *sys.argv[2:]])"
 )
 LOG_TAIL_LINES = 60
-# Asked of the engine's interpreter for the caches' key (its vLLM, without importing it).
-_VLLM_VERSION = "import importlib.metadata as m; print(m.version('vllm'))"
+# Asked of the engine's interpreter for the front ends and the caches' key: its vLLM, without
+# importing it; by its package metadata, else (a bundle of unpacked wheels has none) by the
+# `_version.py` its build writes beside it.
+_VLLM_VERSION = """
+import importlib.metadata as m, importlib.util, pathlib, re
+try:
+    print(m.version("vllm"))
+except m.PackageNotFoundError:
+    spec = importlib.util.find_spec("vllm")
+    file = pathlib.Path(spec.origin).with_name("_version.py") if spec and spec.origin else None
+    text = file.read_text() if file and file.is_file() else ""
+    found = re.search(r"__version__ = version = '([^']+)'", text)
+    print(found.group(1) if found else "")
+"""
 
 
 class _PortTaken(Exception):

@@ -277,6 +277,10 @@ def test_a_new_cache_folder_gets_the_images_model_inspection(tmp_path: Path) -> 
     # no seed in the image (a host without one, the CPU tests): nothing copied, nothing made
     assert seed(tmp_path / "none", tmp_path / "empty") == [] and not (tmp_path / "empty").exists()
     assert seed(None, tmp_path / "empty") == []
+    # a cache folder that cannot be written (a read-only home): nothing copied, the start goes on
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where the folder would be")
+    assert seed(source, blocked / "vllm") == []
 
 
 def test_the_images_seed_covers_every_family() -> None:

@@ -43,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -54,6 +55,8 @@ from pathlib import Path
 
 from ...settings import VllmSettings
 from .argv import ServeSpec, server_argv
+
+log = logging.getLogger(__name__)
 
 # The variable each cache reads, and its folder under the key.
 CACHES = {
@@ -129,7 +132,8 @@ def vllm_cache_root(environ: Mapping[str, str]) -> Path:
 def seed(source: Path | None, vllm_root: Path) -> list[str]:
     """Copy the image's cache entries into a vLLM cache folder where it has none of that name:
     each written beside and renamed into place, so a start reading the folder meanwhile (another
-    worker's) sees an entry whole or not at all. The entries copied, by name."""
+    worker's) sees an entry whole or not at all. The entries copied, by name. A folder that
+    cannot be written is left as it is: vLLM then does without (the seed only saves time)."""
     copied: list[str] = []
     for sub in SEEDED:
         source_dir = source / sub if source else None
@@ -140,10 +144,16 @@ def seed(source: Path | None, vllm_root: Path) -> list[str]:
             target = target_dir / entry.name
             if not entry.is_file() or target.exists():
                 continue
-            target_dir.mkdir(parents=True, exist_ok=True)
             part = target_dir / f".{entry.name}.{uuid.uuid4().hex[:8]}.part"
-            shutil.copyfile(entry, part)
-            os.replace(part, target)
+            try:
+                target_dir.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(entry, part)
+                os.replace(part, target)
+            except OSError as exc:
+                log.warning("the image's %s not copied to %s: %s", entry.name, target_dir, exc)
+                with contextlib.suppress(OSError):
+                    part.unlink()
+                return copied
             copied.append(f"{sub}/{entry.name}")
     return copied
 

@@ -204,11 +204,13 @@ def build_and_publish(root: str, name: str, files: int, out: multiprocessing.Que
     cache.discard()
 
 
-def read_while_others_build(root: str, until: float, out: multiprocessing.Queue[str]) -> None:
-    """A third worker starting meanwhile: whatever it finds marked whole must be whole."""
+def read_while_others_build(root: str, done: Any, out: multiprocessing.Queue[str]) -> None:
+    """A third worker starting meanwhile: whatever it finds marked whole must be whole, while
+    the others build and once they are done."""
     published = Path(root) / "same-key"
-    seen = "nothing published"
-    while time.time() < until:
+    seen, last = "nothing published", False
+    while not last:
+        last = done.is_set()
         if (published / COMPLETE).is_file():
             index = json.loads((published / "index.json").read_text())
             kernels = sorted(published.glob("kernel-*"))
@@ -226,13 +228,15 @@ def test_two_workers_starting_at_once_never_leave_a_broken_cache(tmp_path: Path)
     ctx = multiprocessing.get_context("spawn")
     out: multiprocessing.Queue[str] = ctx.Queue()
     reads: multiprocessing.Queue[str] = ctx.Queue()
-    reader = ctx.Process(target=read_while_others_build, args=(root, time.time() + 20, reads))
+    done = ctx.Event()
+    reader = ctx.Process(target=read_while_others_build, args=(root, done, reads))
     builders = [ctx.Process(target=build_and_publish, args=(root, n, 200, out)) for n in "ab"]
     reader.start()
     for b in builders:
         b.start()
     for b in builders:
-        b.join(60)
+        b.join(120)
+    done.set()
     outcomes = sorted(out.get(timeout=10) for _ in builders)
     assert outcomes[0] == "built and published"
     assert outcomes[1] in ("built privately (another worker was building the same key)", "reused")

@@ -28,13 +28,24 @@ COPY builder/download_model.py /opt/builder/download_model.py
 # vLLM; it starts `vllm serve` (`python -m vllm.entrypoints.cli.main serve`) with this interpreter.
 # Its packages are compiled to bytecode here, once: a container starts with an empty writable
 # layer, so without this every cold start compiles vLLM's and torch's sources again (about 5 s
-# of each of the engine's two processes' 25 s of imports, measured on an H200). Files that do
-# not compile (templates, tests for other Pythons) are left as they are.
+# of each of the engine's two processes' 25 s of imports, measured on an H200): the folders that
+# hold torch, transformers and vLLM (one site-packages in the base image, each compiled wherever
+# it lies). Files that do not compile (templates, tests for other Pythons) are left as they are.
 RUN ln -sf "$(command -v python3)" /usr/local/bin/vllm-python \
     && /usr/local/bin/vllm-python -c "import vllm, huggingface_hub; print('vLLM', vllm.__version__)" \
-    && (/usr/local/bin/vllm-python -m compileall -q -j 0 \
-        "$(/usr/local/bin/vllm-python -c 'import os, vllm; print(os.path.dirname(os.path.dirname(vllm.__file__)))')" \
-        > /dev/null || true)
+    && /usr/local/bin/vllm-python -c 'import os, torch, transformers, vllm; print("\n".join(sorted({os.path.dirname(os.path.dirname(m.__file__)) for m in (torch, transformers, vllm)})))' \
+        | while read -r packages; do \
+            (/usr/local/bin/vllm-python -m compileall -q -j 0 "$packages" > /dev/null || true); \
+        done
+
+# vLLM's inspection of the families' model classes and the baked model's, done here once (no GPU
+# needed): a start without it imports torch and vLLM again in a subprocess for it. The worker
+# copies these entries into each new cache folder (VLLM_CACHE_SEED, docs/models.md, Cold start).
+COPY builder/seed_vllm_cache.py /opt/builder/seed_vllm_cache.py
+COPY examples/*.config.json /tmp/seed-configs/
+RUN /usr/local/bin/vllm-python /opt/builder/seed_vllm_cache.py --out /opt/vllm-cache-seed \
+        /models/hf/hub /tmp/seed-configs \
+    && rm -rf /tmp/seed-configs
 
 # The worker's own environment (the RunPod SDK and vLLM pin incompatible FastAPI versions), made
 # with the base image's uv: no reliance on the system Python's venv module. The CPU engine's

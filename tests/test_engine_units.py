@@ -10,16 +10,19 @@ import pytest
 
 from vlm_ocr.engines.chat_client import ChatClient, strip_think
 from vlm_ocr.engines.factory import choose_engine_kind, make_engine
+from vlm_ocr.engines.families import FAMILIES
 from vlm_ocr.engines.families.qwen import QwenVl
 from vlm_ocr.engines.gpu import GpuFacts
 from vlm_ocr.engines.model_files import ModelFiles
 from vlm_ocr.engines.vllm.argv import (
+    IMAGE_VLLM,
     ServeSpec,
     cuda_graph_sizes,
     default_max_num_seqs,
     kv_cache_dtype,
     launch_argvs,
     server_argv,
+    vllm_release,
 )
 from vlm_ocr.engines.vllm.logs import address_in_use, cause_in, exit_reason, facts_in
 from vlm_ocr.engines.vllm.server import Child, VllmServer
@@ -27,6 +30,8 @@ from vlm_ocr.engines.vlm import ExternalServer, VlmEngine
 from vlm_ocr.errors import EngineError
 from vlm_ocr.prompts import PRESETS, Prompt, resolve
 from vlm_ocr.settings import EngineKind, Settings
+
+from .support import ROOT
 
 # nvidia-smi --query-gpu=name,memory.total,compute_cap --format=csv,noheader, as it prints it
 TWO_H200 = "NVIDIA H200, 143771 MiB, 9.0\nNVIDIA H200, 143771 MiB, 9.0\n"
@@ -143,6 +148,65 @@ def test_a_split_start_is_one_server_and_one_headless_engine_on_the_same_flags()
     }
     single = spec(H100, vllm_split_start=False)
     assert launch_argvs(single, 8000, rpc_port=8100) == {"server": [*base, *front]}
+
+
+@pytest.mark.parametrize(
+    ("version", "values", "front"),
+    [
+        # Chandra's 3.5 MP pages on 16 CPUs: four at once. From 0.32, four API servers (they start
+        # beside the engine and each preprocesses on one thread); before, one API server (the
+        # engine core waits for each) with four renderer threads, which preprocess images there.
+        ("0.32.0", {}, ["--api-server-count", "4"]),
+        ("0.32.0+cpu", {}, ["--api-server-count", "4"]),
+        ("0.26.0", {}, ["--api-server-count", "1", "--renderer-num-workers", "4"]),
+        (
+            "0.26.0",
+            {"api_server_count": 2},
+            ["--api-server-count", "2", "--renderer-num-workers", "2"],
+        ),
+        ("0.26.0", {"renderer_num_workers": 1}, ["--api-server-count", "1"]),
+        (
+            "0.32.0",
+            {"renderer_num_workers": 8},
+            ["--api-server-count", "4", "--renderer-num-workers", "8"],
+        ),
+        ("0.32.0", {"api_server_count": 1}, ["--api-server-count", "1"]),
+        ("unknown", {}, ["--api-server-count", "4"]),  # the image's vLLM
+    ],
+)
+def test_the_front_ends_follow_the_engines_vllm(
+    version: str, values: dict, front: list[str]
+) -> None:
+    chandra = ServeSpec.resolve(Settings(**values), H100, FAMILIES["chandra"](), cpus=16)
+    argvs = launch_argvs(chandra.on_vllm(version), 8000, rpc_port=8100)
+    assert argvs["server"][argvs["server"].index("--api-server-count") :] == front
+    assert "--renderer-num-workers" not in argvs["engine"]  # the headless engine has no front
+    assert "--mm-processor-cache-gb" in argvs["server"]  # which vLLM needs for renderer threads
+    # replicas each get an API server at least, on either version
+    four = ServeSpec.resolve(Settings(), GpuFacts.parse(TWO_H200 * 2), cpus=16)
+    assert four.on_vllm(version).api_server_count >= 4
+
+
+def test_the_image_vllm_is_the_dockerfiles() -> None:
+    for dockerfile in ("Dockerfile", ".runpod/Dockerfile"):
+        text = (ROOT / dockerfile).read_text()
+        assert f"ARG VLLM_VERSION=v{IMAGE_VLLM}\n" in text, dockerfile
+    assert vllm_release("0.32.0+cpu") == (0, 32) and vllm_release("0.26.0") == (0, 26)
+    assert vllm_release("unknown") == vllm_release(IMAGE_VLLM)
+
+
+def test_the_server_sizes_the_front_ends_for_the_engines_own_vllm(loop, tmp_path: Path) -> None:
+    python = tmp_path / "python"  # an interpreter whose vLLM is 0.26
+    python.write_text("#!/bin/sh\necho 0.26.0\n")
+    python.chmod(0o755)
+    chandra = ServeSpec.resolve(
+        Settings(vllm_python=str(python)), H100, FAMILIES["chandra"](), cpus=16
+    )
+    assert (chandra.api_server_count, chandra.renderer_num_workers) == (4, 1)  # the image's
+    server = VllmServer(chandra, ModelFiles(Settings().model))
+    loop.run(server._size_for_engine())
+    assert (server.spec.api_server_count, server.spec.renderer_num_workers) == (1, 4)
+    assert server.spec.vllm_version == "0.26.0"
 
 
 @pytest.mark.parametrize(
@@ -430,3 +494,21 @@ def test_the_engine_facts_name_the_gemm_kernel_of_the_weights() -> None:
     assert facts_in(awq) == {"linear_kernel": "MacheteLinearKernel"}
     attention = "INFO [cuda.py:482] Using FLASH_ATTN attention backend out of potential backends"
     assert facts_in(attention) == {"attention_backend": "FLASH_ATTN"}
+
+
+def test_the_engines_vllm_is_read_without_importing_it(loop, tmp_path: Path) -> None:
+    import sys
+
+    from vlm_ocr.engines.vllm.server import _engine_vllm_version
+
+    # unpacked wheels with no package metadata (the GPU host's bundle): the version vLLM's build
+    # wrote beside it, and vLLM itself never imported (its __init__ here would fail the read)
+    package = tmp_path / "site" / "vllm"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("raise SystemExit(3)\n")
+    (package / "_version.py").write_text("__version__ = version = '0.26.0'\n")
+    python = tmp_path / "vllm-python"
+    python.write_text(f'#!/bin/sh\nPYTHONPATH={tmp_path / "site"} exec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    assert loop.run(_engine_vllm_version(str(python))) == "0.26.0"
+    assert loop.run(_engine_vllm_version("false")) == "unknown"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -23,8 +24,9 @@ from vlm_ocr.pipeline.worker import build_worker, start_worker
 from vlm_ocr.settings import EngineKind, Settings
 from vlm_ocr_lab.standins.local_endpoint import worker_environ
 
-from .support import b64, page_image, png_bytes, start_api
+from .support import ROOT, b64, page_image, png_bytes, start_api
 from .support.engine import (
+    ENGINE_PYTHON,
     SERVER_ENV,
     SERVER_PIXELS,
     engine_env,
@@ -94,6 +96,7 @@ def test_two_api_servers_share_the_image_preprocessing_with_a_split_start(
         engine_env(tiny_model),
         output_dir=tmp_path,
         api_server_count=2,
+        renderer_num_workers=2,  # vLLM takes it beside --mm-processor-cache-gb 0
         start_mode="fast",
         enforce_eager=False,
     )
@@ -109,6 +112,7 @@ def test_two_api_servers_share_the_image_preprocessing_with_a_split_start(
         loop.run(worker.close())
     facts = result.engine
     assert facts["api_server_count"] == 2 and facts["split_start"] is True
+    assert facts["renderer_num_workers"] == 2 and "--renderer-num-workers" in facts["argv"]
     assert facts["start_mode"] == "fast" and "--optimization-level" in facts["argv"]
     assert len(fronts) == 2  # the server process runs two API servers
     assert [p.status for p in result.pages] != [] and all(p.tries for p in result.pages)
@@ -520,3 +524,76 @@ def test_a_lightonocr_3_model_is_served_by_its_makers_flags_and_reads_its_ground
     [page] = result.pages
     assert page.status in ("ok", "failed") and page.tries, page  # a random model's answer
     assert result.fingerprint["family"] == "lighton-ocr-3"
+
+
+def test_two_workers_starting_at_once_on_one_volume_and_a_third_after_them(
+    loop, tiny_model: Path, tmp_path: Path
+) -> None:
+    # vLLM's CPU build compiling (no ENFORCE_EAGER): it writes its AOT compiled model into the
+    # key's folder. Two starts at once on one volume: one builds the key's folder, the other a
+    # private one; both get the image's model-class inspection (made here as the image's build
+    # makes it) and never run their own. A third start reuses the published folder and loads
+    # what it can of it; whatever it had to do again is in its facts, and it starts all the same.
+    from vlm_ocr.engines.gpu import GpuFacts
+    from vlm_ocr.engines.model_files import ModelFiles
+    from vlm_ocr.engines.vllm.argv import ServeSpec
+    from vlm_ocr.engines.vllm.caches import COMPLETE
+    from vlm_ocr.engines.vllm.server import VllmServer
+
+    seed = tmp_path / "seed"
+    script = ROOT / "builder/seed_vllm_cache.py"
+    made = subprocess.run(
+        [str(ENGINE_PYTHON), str(script), "--out", str(seed), str(tiny_model)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert made.returncode == 0 and "Qwen3VLForConditionalGeneration: inspected" in made.stdout
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    settings = settings_from(
+        engine_env(tiny_model),
+        enforce_eager=False,
+        vllm_cache_seed=str(seed),
+        vllm_startup_timeout_s=1800,
+    )
+
+    def server() -> VllmServer:
+        spec = ServeSpec.resolve(settings, GpuFacts())
+        return VllmServer(spec, ModelFiles(settings.model, volume=volume))
+
+    async def start_and_publish(servers: list[VllmServer]) -> list[dict[str, Any]]:
+        try:
+            facts = await asyncio.gather(*(s.start() for s in servers))
+            published = await asyncio.gather(*(s.ready() for s in servers))
+        finally:
+            await asyncio.gather(*(s.stop() for s in servers), return_exceptions=True)
+        return [f | p for f, p in zip(facts, published, strict=True)]
+
+    with pytest.MonkeyPatch.context() as env:
+        for key, value in (SERVER_ENV | {"VLLM_LOGGING_LEVEL": "DEBUG"}).items():
+            env.setenv(key, value)
+        env.delenv("VLLM_CACHE_ROOT", raising=False)
+        two = loop.run(start_and_publish([server(), server()]))
+        [third] = loop.run(start_and_publish([server()]))
+    assert sorted(f["caches"]["state"] for f in two) == [
+        "built and published",
+        "built privately (another worker was building the same key)",
+    ]
+    for facts in two:
+        assert facts["cold_start"]["model_inspection_s"] < 1  # read from the seeded entry
+    [key] = [p for p in (volume / "vllm-cache").iterdir()]  # the private folder is gone
+    assert (key / COMPLETE).is_file()
+    assert list(key.glob("vllm/modelinfos/*Qwen3VLForConditionalGeneration.json"))
+    assert list(key.glob("vllm/torch_compile_cache/torch_aot_compile/*/rank_0_0/model"))
+    cold = third["cold_start"]
+    assert third["caches"] == {"state": "reused", "folder": str(key)}
+    assert "seeded" not in third["caches"]  # the folder had the entries already
+    # the CPU build's eager backend saves a compiled model it cannot load again: that start
+    # compiles again, says why, and serves
+    assert cold["compile_cache"] in ("hit", "miss")
+    if cold["compile_cache"] == "miss":
+        assert cold["compile_cache_load_failure"]
+        assert cold["redone_on_warm_caches"][0].startswith("torch.compile (miss: ")
+    else:
+        assert "redone_on_warm_caches" not in cold

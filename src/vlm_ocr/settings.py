@@ -460,9 +460,21 @@ class VllmSettings(Group):
         ge=0,
         le=64,
         description="`--api-server-count`: vLLM's front-end processes, which decode and "
-        "preprocess the page images before the engine sees them; 0 = one per megapixel of the "
-        "model family's page budget, at most a quarter of the CPUs, at least one per replica "
-        "(said in the log and the engine facts).",
+        "preprocess the page images before the engine sees them; 0 = by the engine's vLLM: from "
+        "0.32, one per megapixel of the model family's page budget, at most a quarter of the "
+        "CPUs; before 0.32, whose engine core waits for every API server to start, one (with "
+        "`RENDERER_NUM_WORKERS` threads instead); at least one per replica (said in the log and "
+        "the engine facts).",
+    )
+    renderer_num_workers: int = Field(
+        0,
+        ge=0,
+        le=64,
+        description="`--renderer-num-workers`: threads of each API server that tokenize and, "
+        "before vLLM 0.32, preprocess the page images; 0 = by the engine's vLLM: before 0.32, "
+        "one per megapixel of the page budget (at most a quarter of the CPUs) shared by the API "
+        "servers; from 0.32, which preprocesses images on one thread of each API server "
+        "whatever this says, 1 (vLLM's own).",
     )
     vllm_extra_args: str = Field("", description="Extra `vllm serve` flags, shell-quoted.")
     vllm_python: str = Field(
@@ -486,6 +498,12 @@ class VllmSettings(Group):
         900.0,
         gt=0,
         description="Time allowed from spawning the server to a healthy warm engine.",
+    )
+    vllm_cache_seed: str = Field(
+        "/opt/vllm-cache-seed",
+        description="A folder of vLLM cache entries made when the image was built (the model "
+        "classes' inspection, `modelinfos/`), copied into each new cache folder so a fresh "
+        "start skips that step; none there, nothing copied.",
     )
 
     @field_validator("gdn_prefill_backend")

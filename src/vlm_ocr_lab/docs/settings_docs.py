@@ -39,6 +39,7 @@ HUB_OMITTED = frozenset(
         "vllm_port",
         "vllm_split_start",
         "vllm_startup_timeout_s",
+        "vllm_cache_seed",
         "hf_home",
         "hf_hub_cache",
         "hf_hub_offline",

@@ -7,9 +7,11 @@ of each process vLLM runs as. The tests check them as tables.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
+import re
 import shlex
 from dataclasses import dataclass
 
@@ -81,15 +83,42 @@ def compilation_args(vllm: VllmSettings, max_num_seqs: int) -> list[str]:
 # GPU took over. So one per megapixel of the family's page budget, within what the CPUs leave: the
 # engine core, the worker, its render and CPU-model processes need the other three quarters.
 PIXELS_PER_API_SERVER = 1_000_000
+# The image's vLLM (the Dockerfiles' VLLM_VERSION, a test holds them together): what a spec is
+# resolved for until the engine's own version is read at start (`vlm-ocr plan` prints its line).
+IMAGE_VLLM = "0.32.0"
+# How vLLM's front ends start and work changed between the two releases read (0.26 and 0.32).
+# Before: the engine core's handshake waits until every API server has imported vLLM and built
+# its processor (`entrypoints/cli/serve.py`, `launch_core_engines`), so each one beyond the first
+# adds an import to the start; and an API server preprocesses images on its renderer threads
+# (`renderers/base.py`: one pool for tokens and images). From 0.32: the API servers start beside
+# the engine (the parent binds the engine's sockets itself), and images are preprocessed on one
+# thread of each API server whatever `--renderer-num-workers` says (a pool of their own).
+FRONT_ENDS_APART = (0, 32)
 
 
-def api_server_count(vllm: VllmSettings, page_pixels: int, cpus: int, replicas: int) -> int:
-    """`API_SERVER_COUNT`, or one per megapixel of the page budget, at most a quarter of the
-    CPUs and at least one per replica (vLLM's own default)."""
-    if vllm.api_server_count:
-        return vllm.api_server_count
-    by_page = math.ceil(page_pixels / PIXELS_PER_API_SERVER)
-    return max(replicas, min(by_page, max(1, cpus // 4)))
+def vllm_release(version: str) -> tuple[int, int]:
+    """(major, minor) of a vLLM version as its metadata says it ("0.32.0+cpu"); the image's
+    when it cannot be read."""
+    m = re.match(r"(\d+)\.(\d+)", version) or re.match(r"(\d+)\.(\d+)", IMAGE_VLLM)
+    assert m is not None
+    return int(m.group(1)), int(m.group(2))
+
+
+def preprocessing_parallelism(page_pixels: int, cpus: int) -> int:
+    """Page images to preprocess at once: one per megapixel of the page budget, at most a
+    quarter of the CPUs."""
+    return min(math.ceil(page_pixels / PIXELS_PER_API_SERVER), max(1, cpus // 4))
+
+
+def front_ends(vllm: VllmSettings, parallel: int, replicas: int, version: str) -> tuple[int, int]:
+    """(API servers, renderer threads of each): the settings' where set; else `parallel` page
+    images preprocessed at once, as API server processes on a vLLM whose engine does not wait
+    for them, as threads of one API server on one that does. At least one API server per
+    replica (vLLM's own default)."""
+    apart = vllm_release(version) >= FRONT_ENDS_APART
+    servers = vllm.api_server_count or max(replicas, parallel if apart else 1)
+    threads = vllm.renderer_num_workers or (1 if apart else math.ceil(parallel / servers))
+    return servers, threads
 
 
 def host_cpus() -> int:
@@ -130,6 +159,12 @@ class ServeSpec:
     data_parallel_size: int = 1
     #: vLLM's front-end processes (HTTP, image decoding and preprocessing)
     api_server_count: int = 1
+    #: threads of each API server that tokenize (and, before vLLM 0.32, preprocess images)
+    renderer_num_workers: int = 1
+    #: page images to preprocess at once, which the front ends are sized by
+    preprocessing: int = 1
+    #: the vLLM the front ends were sized for: the image's until the engine's is read
+    vllm_version: str = IMAGE_VLLM
     #: the GPUs it was resolved for, as the engine facts name them (the caches' key has them)
     gpus: str = "none"
 
@@ -137,6 +172,16 @@ class ServeSpec:
     def concurrency(self) -> int:
         """Pages the engine batches at once, over all its replicas."""
         return self.max_num_seqs * self.data_parallel_size
+
+    def on_vllm(self, version: str) -> ServeSpec:
+        """This spec for the engine's own vLLM, its version read at start: the front ends
+        sized for it."""
+        servers, threads = front_ends(
+            self.vllm, self.preprocessing, self.data_parallel_size, version
+        )
+        return dataclasses.replace(
+            self, vllm_version=version, api_server_count=servers, renderer_num_workers=threads
+        )
 
     @classmethod
     def resolve(
@@ -146,16 +191,19 @@ class ServeSpec:
         family: Family | None = None,
         *,
         cpus: int | None = None,
+        vllm_version: str = IMAGE_VLLM,
     ) -> ServeSpec:
         """The spec for these settings on these GPUs and CPUs and this model family: the
         replicas by the GPUs' count, `MAX_NUM_SEQS=0` by one replica's memory, the KV-cache
-        dtype by their compute capability, the API servers by the CPUs and the family's page
-        size, the page and context sizes and the extra flags by the family."""
+        dtype by their compute capability, the API servers and their threads by the CPUs, the
+        family's page size and the vLLM (`vllm_version`; the server sizes them again for the
+        engine's own at start), the page and context sizes and the extra flags by the family."""
         vllm = settings.vllm
         family = family or default_family(max_pixels=settings.render.max_pixels)
         memory = gpu.memory_gib(vllm.tensor_parallel_size)
         replicas = data_parallel_size(vllm, gpu)
         page_pixels = family.budget(settings.render.max_pixels).max_pixels
+        parallel = preprocessing_parallelism(page_pixels, host_cpus() if cpus is None else cpus)
         return cls(
             vllm=vllm,
             model=settings.model.model_name,
@@ -168,11 +216,9 @@ class ServeSpec:
             processor_kwargs=family.processor_kwargs(settings.render.max_pixels),
             family_args=tuple(family.serve_args()),
             data_parallel_size=replicas,
-            api_server_count=api_server_count(
-                vllm, page_pixels, host_cpus() if cpus is None else cpus, replicas
-            ),
+            preprocessing=parallel,
             gpus=f"{gpu.describe()}; compute capability {gpu.capability}",
-        )
+        ).on_vllm(vllm_version)
 
 
 def server_argv(spec: ServeSpec, port: int) -> list[str]:
@@ -230,6 +276,8 @@ def launch_argvs(spec: ServeSpec, port: int, rpc_port: int = 0) -> dict[str, lis
     replicas = str(spec.data_parallel_size)
     # only the process that answers HTTP has API servers; a headless engine refuses the flag
     front = ["--api-server-count", str(spec.api_server_count)]
+    if spec.renderer_num_workers > 1:  # vLLM takes it with `--mm-processor-cache-gb 0` only
+        front += ["--renderer-num-workers", str(spec.renderer_num_workers)]
     if not spec.vllm.vllm_split_start:
         several = ["--data-parallel-size", replicas] if spec.data_parallel_size > 1 else []
         return {"server": [*argv, *several, *front]}

@@ -1,9 +1,13 @@
 """Compiled kernels kept on the network volume, so the next worker's cold start reuses them.
 
-What vLLM compiles and tunes at start goes to six caches, all pointed under one folder per key:
+What vLLM compiles, tunes and measures at start goes to six caches, all pointed under one folder
+per key:
 
-    <volume>/vllm-cache/<model>-<digest>/vllm        vLLM's torch.compile artifacts (and, on vLLM
-                                                     0.32, FlashInfer's autotune results)
+    <volume>/vllm-cache/<model>-<digest>/vllm        vLLM's torch.compile artifacts (the AOT
+                                                     compiled model and its Inductor cache),
+                                                     FlashInfer's autotune results, the memory
+                                                     profiling's result (`startup_plan/`) and the
+                                                     model classes' inspection (`modelinfos/`)
                                          inductor    Inductor's FX-graph and autotune caches
                                          triton      Triton's kernels and autotune results
                                                      (TRITON_CACHE_AUTOTUNING: the GDN layers')
@@ -11,9 +15,18 @@ What vLLM compiles and tunes at start goes to six caches, all pointed under one 
                                          deep_gemm   DeepGEMM's JIT kernels (FP8 weights)
                                          cuda        the driver's PTX JIT
 
-The key is a digest of everything that changes what is compiled: the model and its revision, the
-GPUs, the vLLM version, the server's flags (ports aside) and vLLM's own `VLLM_*` variables, so a
-different model, GPU, version or setting never reads another's entries.
+The key is a digest of everything that changes what is compiled or how much memory the engine
+takes: the model and its revision, the GPUs, the vLLM version, the server's flags (ports aside:
+every size, the memory share, the KV-cache dtype, the parallelism and the family's flags among
+them), vLLM's own `VLLM_*` variables and the allocator's, so a different model, GPU, version or
+setting never reads another's entries. That is what makes it safe to keep the memory profiling's
+result (`VLLM_ENABLE_STARTUP_PLAN`): vLLM's own fingerprint of it leaves out
+`--gpu-memory-utilization`, but a folder is never shared across values of it. (vLLM checks
+besides that the GPU has as much free memory as when the value was measured.)
+
+The model classes' inspection (vLLM imports the model's module in a subprocess to learn what it
+supports, and keeps the answer under `modelinfos/`, keyed by the module's source) is done when
+the image is built; its entries are copied into each new folder (`seed`), so no start pays it.
 
 Workers share a volume and may start at once. vLLM rewrites its compile index in place (a reader
 can see half a file) and writes absolute paths into it (a folder cannot be built elsewhere and
@@ -30,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -39,7 +53,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...settings import VllmSettings
 from .argv import ServeSpec, server_argv
+
+log = logging.getLogger(__name__)
 
 # The variable each cache reads, and its folder under the key.
 CACHES = {
@@ -50,8 +67,23 @@ CACHES = {
     "DG_JIT_CACHE_DIR": "deep_gemm",
     "CUDA_CACHE_PATH": "cuda",
 }
-# Variables that only say where things are or how much is logged: no part of the key.
-NOT_IN_KEY = {"VLLM_CACHE_ROOT", "VLLM_PORT", "VLLM_HOST_IP", "VLLM_LOGGING_LEVEL"}
+# vLLM's variables that only say where things are, how much is logged, whether a failed load of
+# the compiled model fails the start (a check) or whether the memory measured is kept (vLLM
+# leaves those two out of its own compile hash): no part of the key. Nor the worker's own
+# settings named VLLM_* (its interpreter, port, start-up), which vLLM does not read: those that
+# change the server's flags are in the key through the flags.
+NOT_IN_KEY = {
+    "VLLM_CACHE_ROOT",
+    "VLLM_PORT",
+    "VLLM_HOST_IP",
+    "VLLM_LOGGING_LEVEL",
+    "VLLM_FORCE_AOT_LOAD",
+    "VLLM_ENABLE_STARTUP_PLAN",
+} | {name.upper() for name in VllmSettings.model_fields if name.startswith("vllm_")}
+# Variables beside vLLM's that change the memory the engine takes (so the profiled KV cache).
+MEMORY_VARIABLES = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
+# What a cache folder is seeded with from the image (entries keyed by their own content).
+SEEDED = ("modelinfos",)
 # The server's flags that differ from start to start without changing what is compiled.
 _PORT_FLAGS = ("--port", "--host", "--data-parallel-rpc-port", "--data-parallel-address")
 # A folder left unmarked this long was left by a worker that died: it is removed.
@@ -72,7 +104,11 @@ def cache_key(spec: ServeSpec, vllm_version: str, environ: Mapping[str, str]) ->
             skip = True
             continue
         flags.append(arg)
-    variables = {k: v for k, v in environ.items() if k.startswith("VLLM_") and k not in NOT_IN_KEY}
+    variables = {
+        k: v
+        for k, v in environ.items()
+        if (k.startswith("VLLM_") and k not in NOT_IN_KEY) or k in MEMORY_VARIABLES
+    }
     doc = {
         "flags": flags,
         "gpus": spec.gpus,
@@ -84,6 +120,44 @@ def cache_key(spec: ServeSpec, vllm_version: str, environ: Mapping[str, str]) ->
     return f"{name}-{digest}"
 
 
+def vllm_cache_root(environ: Mapping[str, str]) -> Path:
+    """Where vLLM keeps its caches in this environment (its own rule: `VLLM_CACHE_ROOT`, else
+    `vllm` under `XDG_CACHE_HOME` or `~/.cache`)."""
+    if root := environ.get("VLLM_CACHE_ROOT"):
+        return Path(root).expanduser()
+    base = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base).expanduser() / "vllm"
+
+
+def seed(source: Path | None, vllm_root: Path) -> list[str]:
+    """Copy the image's cache entries into a vLLM cache folder where it has none of that name:
+    each written beside and renamed into place, so a start reading the folder meanwhile (another
+    worker's) sees an entry whole or not at all. The entries copied, by name. A folder that
+    cannot be written is left as it is: vLLM then does without (the seed only saves time)."""
+    copied: list[str] = []
+    for sub in SEEDED:
+        source_dir = source / sub if source else None
+        if source_dir is None or not source_dir.is_dir():
+            continue
+        target_dir = vllm_root / sub
+        for entry in sorted(source_dir.iterdir()):
+            target = target_dir / entry.name
+            if not entry.is_file() or target.exists():
+                continue
+            part = target_dir / f".{entry.name}.{uuid.uuid4().hex[:8]}.part"
+            try:
+                target_dir.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(entry, part)
+                os.replace(part, target)
+            except OSError as exc:
+                log.warning("the image's %s not copied to %s: %s", entry.name, target_dir, exc)
+                with contextlib.suppress(OSError):
+                    part.unlink()
+                return copied
+            copied.append(f"{sub}/{entry.name}")
+    return copied
+
+
 @dataclass
 class VolumeCache:
     """The caches of one start: the key's folder (found whole, or built here), or a private
@@ -93,6 +167,8 @@ class VolumeCache:
     key: str
     building: Path | None = None  # the key's folder, being built by this start
     private: Path | None = None  # this start's own, while another builds the key's
+    seed_from: Path | None = None  # the image's entries every new folder is given
+    seeded: list[str] | None = None  # what this start copied from them
 
     @property
     def published(self) -> Path:
@@ -107,19 +183,24 @@ class VolumeCache:
         self.root.mkdir(parents=True, exist_ok=True)
         self._remove_stale_builds()
         if self.whole:
-            return self.published
-        try:
-            self.published.mkdir()  # the first start of this key builds it, in place
-        except FileExistsError:
-            self.private = self.root / f"{self.key}.private-{uuid.uuid4().hex[:12]}"
-            self.private.mkdir()
-            return self.private
-        self.building = self.published
-        return self.building
+            folder = self.published
+        else:
+            try:
+                self.published.mkdir()  # the first start of this key builds it, in place
+                folder = self.building = self.published
+            except FileExistsError:
+                self.private = self.root / f"{self.key}.private-{uuid.uuid4().hex[:12]}"
+                self.private.mkdir()
+                folder = self.private
+        # a folder whole before the image's seed existed gets it too: it only adds entries
+        self.seeded = seed(self.seed_from, folder / CACHES["VLLM_CACHE_ROOT"])
+        return folder
 
     def env(self, folder: Path) -> dict[str, str]:
         return {name: str(folder / sub) for name, sub in CACHES.items()} | {
-            "TRITON_CACHE_AUTOTUNING": "1"  # the GDN layers' autotuning, kept too
+            "TRITON_CACHE_AUTOTUNING": "1",  # the GDN layers' autotuning, kept too
+            # the memory profiling's result kept and, on the next start, used instead of it
+            "VLLM_ENABLE_STARTUP_PLAN": "1",
         }
 
     def publish(self) -> str:

@@ -75,6 +75,13 @@ _PHASES = tuple(
     (key, label, re.compile(line))
     for key, label, line in (
         ("first_log_line_at_s", "first log line at", r"\S"),
+        # at DEBUG: reading what vLLM needs to know of the model's class, from its cache or by
+        # importing it in a subprocess (the image seeds that cache)
+        (
+            "model_inspection_s",
+            "model class inspection",
+            r"Registry inspect model class: Elapsed time ([\d.]+) sec",
+        ),
         # the split start's engine launcher, its config made (the model's config and class read)
         ("engine_config_at_s", "engine launcher configured at", r"engine\(s\) in headless mode"),
         ("engine_core_at_s", "engine core up at", r"Initializing a V1 LLM engine"),
@@ -84,6 +91,13 @@ _PHASES = tuple(
         ("dynamo_s", "dynamo", r"Dynamo bytecode transform time: ([\d.]+) s"),
         ("torch_compile_s", "torch.compile", r"torch\.compile (?:takes|took) ([\d.]+) s in total"),
         ("profiling_s", "profiling run", r"Initial profiling/warmup run took ([\d.]+) s"),
+        ("profiling_done_at_s", "profiling run done at", r"Initial profiling/warmup run took"),
+        # the KV cache's size decided: measured, or taken from a start's measurement
+        (
+            "kv_cache_sized_at_s",
+            "KV cache sized at",
+            r"Available KV cache memory|skipped memory profiling",
+        ),
         ("cuda_graphs_s", "CUDA graphs", r"Graph capturing finished in ([\d.]+) sec"),
         ("engine_init_s", "engine init", _INIT_ENGINE + r" took ([\d.]+)"),
         ("engine_ready_at_s", "engine ready at", _INIT_ENGINE),
@@ -103,6 +117,14 @@ _UNTIMED = (
     # the engine core logs its first line once its handshake with the API server is done
     ("engine_core_start_s", "the engine core's start and handshake", _CORE, (_CONFIG, _FIRST)),
     ("worker_init_s", "its worker's start and device init", "model_load_at_s", (_CORE,)),
+    # the rest of the profiling run and the memory measured (CUDA graphs' estimate included):
+    # what a kept measurement (`VLLM_ENABLE_STARTUP_PLAN`) skips
+    (
+        "memory_profiling_s",
+        "memory profiling after the profiling run",
+        "kv_cache_sized_at_s",
+        ("profiling_done_at_s",),
+    ),
     # from the last of those lines seen, less the model load (vLLM times that)
     (
         "before_engine_init_s",
@@ -119,16 +141,60 @@ _UNTIMED = (
 )
 _LABELS |= {key: label for key, label, *_ in _UNTIMED}
 NOTHING_COMPILED = "not logged (nothing compiled)"
-_COMPILE_CACHE = (
-    ("hit", re.compile(r"Directly load the compiled graph|from the cache, took")),
-    ("miss", re.compile(r"Compiling a graph for (?:dynamic shape|compile range)")),
+# vLLM's compile cache, by what a start's lines say happened (0.26's and 0.32's wording; 0.32 puts
+# a "[tag] " before some). The AOT path (torch 2.10+) loads a whole compiled model and traces
+# nothing; the per-graph cache still traces the model (dynamo) and loads each graph.
+_COMPILE_LINES = {
+    "aot_loaded": re.compile(r"Directly load AOT compilation from path"),
+    "graphs_loaded": re.compile(r"Directly load the compiled graph"),
+    "traced": re.compile(r"Dynamo bytecode transform time"),
+    "compiled": re.compile(r"Compiling a graph for (?:dynamic shape|compile range)"),
+}
+_COMPILE_TROUBLE = {
+    "compile_cache_load_failure": re.compile(
+        r"Compiling model again due to a load failure from \S+, reason: (.+)"
+    ),
+    "compile_cache_save_failure": re.compile(r"unable to save AOT compiled function to \S+: (.+)"),
+}
+HIT, MISS = "hit", "miss"
+RETRACED = "traced again (dynamo), the compiled graphs from the cache"
+# How the KV cache's memory was decided (the first of these lines a start logs).
+_MEMORY = (
+    ("reused", re.compile(r"Applying persisted startup plan")),
+    (
+        "measured (a kept measurement was not applied: less free GPU memory than when it was made)",
+        re.compile(r"Startup plan not applied"),
+    ),
+    ("as --kv-cache-memory-bytes set it", re.compile(r"skipped memory profiling")),
+    ("measured", re.compile(r"Available KV cache memory")),
 )
-# Whether FlashInfer tuned its kernels at start or read earlier results (vLLM names the cache
-# file either way, so that line alone says nothing).
-_FLASHINFER_AUTOTUNE = (
-    ("tuned at start", re.compile(r"No FlashInfer autotune cache entries found")),
-    ("read from the cache", re.compile(r"FlashInfer autotune cache loaded")),
-)
+_MEMORY_KEPT = re.compile(r"Saved startup plan to")
+_MEMORY_NOT_KEPT = re.compile(r"Failed to save startup plan to \S+: (.+)")
+# FlashInfer's autotuning (Hopper and newer). Both versions name the results file, 0.26 then says
+# "cache loaded" once it wrote the file (a fresh start too) or "No ... entries found" when nothing
+# was tunable; 0.32 says nothing more. So what happened is told by the file: there before the
+# start (read), there after it (tuned and kept), or never written (nothing to tune).
+_AUTOTUNE_FILE = re.compile(r"Using FlashInfer autotune cache file: (\S+)")
+_AUTOTUNE_OFF = re.compile(r"Skipping FlashInfer autotune because it is disabled")
+AUTOTUNE_OFF = "off"
+AUTOTUNE_READ = "read from the cache (tuned by an earlier start)"
+AUTOTUNE_TUNED = "tuned at start, results kept"
+AUTOTUNE_NOTHING = "nothing to tune (no tunable FlashInfer kernel in this model)"
+
+
+def autotune_verdict(
+    file: str | None, off: bool, *, there_before: bool, there_now: bool
+) -> str | None:
+    """What FlashInfer's autotuning did at a start, from its lines and its results file."""
+    if off:
+        return AUTOTUNE_OFF
+    if file is None:
+        return None  # not run: a GPU older than Hopper, or no FlashInfer
+    if there_before:
+        return AUTOTUNE_READ
+    return AUTOTUNE_TUNED if there_now else AUTOTUNE_NOTHING
+
+
 # What takes time at start that no line of vLLM's log times or bounds on its own.
 NOT_LOGGED = (
     "imports before the first log line",
@@ -143,7 +209,13 @@ class StartLog:
 
     def __init__(self) -> None:
         self.phases: dict[str, float] = {}
-        self.compile_cache: str | None = None
+        self.compiles: set[str] = set()  # which of _COMPILE_LINES came
+        self.trouble: dict[str, str] = {}  # the compile cache's load or save failure
+        self.memory: str | None = None
+        self.memory_kept: str | None = None
+        self.autotune_file: str | None = None
+        self.autotune_off = False
+        #: set by whoever can look at the file: what FlashInfer's autotuning did
         self.flashinfer_autotune: str | None = None
 
     def line(self, text: str, since_spawn_s: float) -> None:
@@ -151,12 +223,31 @@ class StartLog:
             if name in self.phases or not (m := pattern.search(text)):
                 continue
             self.phases[name] = float(m.group(1)) if pattern.groups else round(since_spawn_s, 2)
-        for state, pattern in _COMPILE_CACHE:
-            if self.compile_cache is None and pattern.search(text):
-                self.compile_cache = state
-        for state, pattern in _FLASHINFER_AUTOTUNE:
-            if self.flashinfer_autotune is None and pattern.search(text):
-                self.flashinfer_autotune = state
+        self.compiles |= {what for what, pattern in _COMPILE_LINES.items() if pattern.search(text)}
+        for key, pattern in _COMPILE_TROUBLE.items():
+            if key not in self.trouble and (m := pattern.search(text)):
+                self.trouble[key] = m.group(1)[:300]
+        if self.memory is None:
+            self.memory = next((state for state, p in _MEMORY if p.search(text)), None)
+        if _MEMORY_KEPT.search(text):
+            self.memory_kept = "kept for the next start"
+        elif m := _MEMORY_NOT_KEPT.search(text):
+            self.memory_kept = f"not kept: {m.group(1)[:200]}"
+        if m := _AUTOTUNE_FILE.search(text):
+            self.autotune_file = self.autotune_file or m.group(1)
+        self.autotune_off = self.autotune_off or bool(_AUTOTUNE_OFF.search(text))
+
+    @property
+    def compile_cache(self) -> str:
+        """What became of torch.compile: loaded whole, traced again with its graphs loaded,
+        compiled, or nothing compiled at all."""
+        seen = self.compiles
+        failed = "compile_cache_load_failure" in self.trouble  # vLLM then compiles again
+        if failed or "compiled" in seen or ("traced" in seen and "graphs_loaded" not in seen):
+            return MISS
+        if "traced" in seen:
+            return RETRACED
+        return HIT if seen & {"aot_loaded", "graphs_loaded"} else NOTHING_COMPILED
 
     def untimed(self) -> dict[str, float]:
         """The stretches vLLM does not time, from the moments its lines came (those it logged)."""
@@ -176,7 +267,10 @@ class StartLog:
     def facts(self) -> dict[str, object]:
         out: dict[str, object] = dict(self.phases)
         out["untimed"] = self.untimed()
-        out["compile_cache"] = self.compile_cache or NOTHING_COMPILED
+        out["compile_cache"] = self.compile_cache
+        out |= self.trouble
+        if self.memory:
+            out["memory_profile"] = ", ".join(filter(None, (self.memory, self.memory_kept)))
         if self.flashinfer_autotune:
             out["flashinfer_autotune"] = self.flashinfer_autotune
         out["not_logged"] = list(NOT_LOGGED)
@@ -185,6 +279,22 @@ class StartLog:
     def summary(self) -> str:
         """One line for the log: each phase with its figure."""
         return summary(self.facts())
+
+
+def redone_on_warm_caches(cold_start: dict[str, object]) -> list[str]:
+    """What a start on caches an earlier start completed did again that those caches should
+    have spared it: torch.compile, the memory profiling, FlashInfer's autotuning."""
+    redone = []
+    cache = cold_start.get("compile_cache")
+    if cache in (MISS, RETRACED):
+        why = cold_start.get("compile_cache_load_failure") or "no compiled model found for it"
+        redone.append(f"torch.compile ({cache}: {why})")
+    memory = str(cold_start.get("memory_profile") or "")
+    if memory.startswith("measured"):
+        redone.append(f"memory profiling ({memory})")
+    if cold_start.get("flashinfer_autotune") == AUTOTUNE_TUNED:
+        redone.append("FlashInfer autotuning")
+    return redone
 
 
 def summary(cold_start: dict[str, object]) -> str:
@@ -200,8 +310,12 @@ def summary(cold_start: dict[str, object]) -> str:
         )
     if (cache := cold_start.get("compile_cache")) and cache != NOTHING_COMPILED:
         parts.append(f"compile cache {cache}")
+    if memory := cold_start.get("memory_profile"):
+        parts.append(f"KV cache memory {memory}")
     if tuned := cold_start.get("flashinfer_autotune"):
         parts.append(f"FlashInfer autotune {tuned}")
+    if redone := cold_start.get("redone_on_warm_caches"):
+        parts.append("on warm caches, done again: " + "; ".join(map(str, redone)))  # type: ignore[call-overload]
     return ", ".join(parts) or "no phase logged"
 
 

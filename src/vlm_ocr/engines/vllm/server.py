@@ -26,8 +26,9 @@ import os
 import shlex
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -38,8 +39,15 @@ from ..families import Family, detect
 from ..model_download import ensure_model
 from ..model_files import ModelFiles
 from .argv import ServeSpec, launch_argvs
-from .caches import VolumeCache, cache_key
-from .logs import StartLog, address_in_use, exit_reason, facts_in
+from .caches import VolumeCache, cache_key, seed, vllm_cache_root
+from .logs import (
+    StartLog,
+    address_in_use,
+    autotune_verdict,
+    exit_reason,
+    facts_in,
+    redone_on_warm_caches,
+)
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +64,20 @@ _LAUNCH = (
     "os.execv(sys.executable, [sys.executable, *sys.argv[2:]])"
 )
 LOG_TAIL_LINES = 60
-# Asked of the engine's interpreter for the caches' key (its vLLM, without importing it).
-_VLLM_VERSION = "import importlib.metadata as m; print(m.version('vllm'))"
+# Asked of the engine's interpreter for the front ends and the caches' key: its vLLM, without
+# importing it; by its package metadata, else (a bundle of unpacked wheels has none) by the
+# `_version.py` its build writes beside it.
+_VLLM_VERSION = """
+import importlib.metadata as m, importlib.util, pathlib, re
+try:
+    print(m.version("vllm"))
+except m.PackageNotFoundError:
+    spec = importlib.util.find_spec("vllm")
+    file = pathlib.Path(spec.origin).with_name("_version.py") if spec and spec.origin else None
+    text = file.read_text() if file and file.is_file() else ""
+    found = re.search(r"__version__ = version = '([^']+)'", text)
+    print(found.group(1) if found else "")
+"""
 
 
 class _PortTaken(Exception):
@@ -101,6 +121,8 @@ class VllmServer:
         self.cache_env: dict[str, str] = {}
         self.start_log = StartLog()
         self._t_spawn = 0.0
+        self._vllm_version: str | None = None  # the engine's, read once at start
+        self._autotune_before: frozenset[str] = frozenset()  # FlashInfer's results at spawn
         self.failure: str | None = None
         self._failed = asyncio.Event()  # set once `failure` says why the server is gone
         self._watcher: asyncio.Task[None] | None = None
@@ -123,6 +145,7 @@ class VllmServer:
             self.facts["download_s"] = round(time.perf_counter() - t_download, 2)
             self._check_family()
         t0 = time.perf_counter()
+        await self._size_for_engine()
         for attempt in range(1, START_ATTEMPTS + 1):
             await self._prepare_caches()  # again after a failed attempt discarded its build
             port = vllm.vllm_port or self._pick_port()
@@ -137,6 +160,7 @@ class VllmServer:
             argvs = launch_argvs(self.spec, port, self._pick_port())
             self.children = [Child(role, argv) for role, argv in argvs.items()]
             self.tail.clear()
+            self._autotune_before = _autotune_files(self.child_env())
             self.start_log, self._t_spawn = StartLog(), time.perf_counter()
             try:
                 await self._start_children(t0 + vllm.vllm_startup_timeout_s)
@@ -153,11 +177,44 @@ class VllmServer:
         self.facts["argv"] = self.children[0].argv[1:]
         self.facts["split_start"] = len(self.children) > 1
         self.facts["api_server_count"] = self.spec.api_server_count
+        self.facts["renderer_num_workers"] = self.spec.renderer_num_workers
         self.facts["start_mode"] = self.spec.vllm.start_mode.value
         self.facts["pid"] = self.proc.pid if self.proc else None
-        self.facts["cold_start"] = self.start_log.facts()
+        self.facts["cold_start"] = self._cold_start()
         log.info("engine start, by vLLM's log: %s", self.start_log.summary())
         return dict(self.facts)
+
+    async def _size_for_engine(self) -> None:
+        """Read the engine's vLLM once and size the front ends for it (how they start and
+        preprocess differs between releases)."""
+        if self._vllm_version is None:
+            self._vllm_version = await _engine_vllm_version(self.spec.vllm.vllm_python)
+            self.spec = self.spec.on_vllm(self._vllm_version)
+            log.info(
+                "vLLM %s: %d API server(s), %d renderer thread(s) each",
+                self._vllm_version,
+                self.spec.api_server_count,
+                self.spec.renderer_num_workers,
+            )
+
+    def _cold_start(self) -> dict[str, Any]:
+        """The start by vLLM's log, with what FlashInfer's results file says and, on caches an
+        earlier start completed, what was done again that they should have spared."""
+        start = self.start_log
+        file = start.autotune_file
+        path = Path(file).resolve() if file else None
+        start.flashinfer_autotune = autotune_verdict(
+            file,
+            start.autotune_off,
+            there_before=str(path) in self._autotune_before,
+            there_now=bool(path and path.is_file()),
+        )
+        facts = start.facts()
+        reused = self.facts.get("caches", {}).get("state") == "reused"
+        if reused and (redone := redone_on_warm_caches(facts)):
+            facts["redone_on_warm_caches"] = redone
+            log.warning("the engine's caches were whole, yet it did again: %s", redone)
+        return facts
 
     async def ready(self) -> dict[str, Any]:
         """The engine served a real page: its compile caches are whole, and are published."""
@@ -171,22 +228,29 @@ class VllmServer:
         """Point the compile caches at the network volume, in the folder of this start's key;
         none without a volume, or when VLLM_CACHE_ROOT was set by hand (the user's choice)."""
         volume = self.files.volume
+        image_seed = Path(self.spec.vllm.vllm_cache_seed)
+        by_hand = "VLLM_CACHE_ROOT" in os.environ
         if not volume.is_dir():
             self.facts["caches"] = {"state": "the container's own (no network volume)"}
+            if not by_hand and (
+                seeded := await asyncio.to_thread(seed, image_seed, vllm_cache_root(os.environ))
+            ):
+                self.facts["caches"]["seeded"] = seeded
             return
-        if "VLLM_CACHE_ROOT" in os.environ:
+        if by_hand:
             self.facts["caches"] = {"state": "as VLLM_CACHE_ROOT and the others were set"}
             return
         if self.cache is None:
-            version = await _engine_vllm_version(self.spec.vllm.vllm_python)
-            key = cache_key(self.spec, version, os.environ)
-            self.cache = VolumeCache(volume / "vllm-cache", key)
+            key = cache_key(self.spec, self._vllm_version or "unknown", os.environ)
+            self.cache = VolumeCache(volume / "vllm-cache", key, seed_from=image_seed)
         folder = await asyncio.to_thread(self.cache.prepare)
         self.cache_env = self.cache.env(folder)
         state = (
             "building" if self.cache.building else ("private" if self.cache.private else "reused")
         )
         self.facts["caches"] = {"state": state, "folder": str(folder)}
+        if self.cache.seeded:
+            self.facts["caches"]["seeded"] = self.cache.seeded
 
     def _check_family(self) -> None:
         """A model downloaded at start was told by its name alone: its config must agree."""
@@ -401,6 +465,17 @@ async def _engine_vllm_version(python: str) -> str:
     except (OSError, TimeoutError):
         return "unknown"
     return out.decode().strip() or "unknown"
+
+
+def _autotune_files(env: Mapping[str, str]) -> frozenset[str]:
+    """FlashInfer's autotune results under the cache vLLM will use (where 0.26 and 0.32 write
+    them), as they are before a start."""
+    root = env.get("VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR")
+    folder = Path(root).expanduser() if root else vllm_cache_root(env) / "flashinfer_autotune_cache"
+    try:
+        return frozenset(str(p.resolve()) for p in folder.rglob("autotune_configs*.json"))
+    except OSError:
+        return frozenset()
 
 
 def _signal_groups(pgids: list[int], sig: int) -> bool:

@@ -69,8 +69,10 @@ def expected(family: Family) -> dict[str, str]:
     kv = "fp8" if CAPABILITY >= 8.9 else "auto"  # the GPU's fp8 KV cache, from compute 8.9
     utilization = declared(family, "gpu_memory_utilization", setting("gpu_memory_utilization"))
     return {
+        # the plan's line is the image's vLLM's
         "--max-num-batched-tokens": str(
-            declared(family, "max_num_batched_tokens", setting("max_num_batched_tokens"))
+            setting("max_num_batched_tokens")
+            or family.batched_tokens(serve_argv.vllm_release(serve_argv.IMAGE_VLLM))
         ),
         "--gdn-prefill-backend": str(
             declared(family, "gdn_prefill_backend", setting("gdn_prefill_backend"))
@@ -123,3 +125,31 @@ def test_the_familys_own_flags_are_on_both_lines_and_win(capsys, config: Path) -
         assert ("--no-enable-prefix-caching" in argv) == off, family.name
         if caching is True:
             assert "--enable-prefix-caching" in argv, family.name
+
+
+@pytest.mark.parametrize(
+    ("config", "before_032", "on_032"),
+    [
+        ("lightonocr-2-1b", 4096, 16384),  # Pixtral's encoder: one page a step before 0.32
+        ("lightonocr-3-1b", 4096, 16384),
+        ("lightonocr-3-0.8b", 16384, 16384),  # Qwen3.5's encoder
+        ("olmocr-2-7b-1025-fp8", 16384, 16384),
+    ],
+)
+def test_the_batched_tokens_follow_the_engines_vllm(
+    config: str, before_032: int, on_032: int
+) -> None:
+    from vlm_ocr.engines.gpu import GpuFacts
+    from vlm_ocr.settings import Settings
+
+    family, model = family_of(ROOT / f"examples/{config}.config.json")
+    settings = Settings(model_name=model)
+    spec = serve_argv.ServeSpec.resolve(settings, GpuFacts(), family, cpus=CPUS)
+    assert spec.on_vllm("0.26.0").max_num_batched_tokens == before_032
+    assert spec.on_vllm("0.32.0").max_num_batched_tokens == on_032
+    argv = serve_argv.server_argv(spec.on_vllm("0.26.0"), 8000)
+    assert last(argv, "--max-num-batched-tokens") == str(before_032)
+    # the setting, when set, wins on every version
+    mine = Settings(model_name=model, max_num_batched_tokens=8192)
+    spec = serve_argv.ServeSpec.resolve(mine, GpuFacts(), family, cpus=CPUS)
+    assert spec.on_vllm("0.26.0").max_num_batched_tokens == 8192

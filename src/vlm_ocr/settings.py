@@ -125,7 +125,9 @@ class JobSettings(Group):
         ge=0,
         le=65_536,
         description="Pages in flight at the engine across all jobs; 0 = the engine's own "
-        "default (`MAX_NUM_SEQS` for vLLM and `openai`, 1 for the CPU engine).",
+        "default (for vLLM and `openai`, what the server batches, `MAX_NUM_SEQS` over its "
+        "replicas, and a quarter more waiting in its queue, so a finished sequence is replaced at "
+        "once; 1 for the CPU engine).",
     )
     max_concurrent_jobs: int = Field(
         8,
@@ -417,7 +419,13 @@ class VllmSettings(Group):
         "GiB (L40S, A6000), else 32; 192 for `openai`.",
     )
     max_num_batched_tokens: int = Field(
-        16384, ge=256, le=1_048_576, description="`--max-num-batched-tokens`."
+        0,
+        ge=0,
+        le=1_048_576,
+        description="`--max-num-batched-tokens`: the tokens one engine step takes in; 0 = the "
+        "model family's own for the engine's vLLM (16384; 4096 for a Pixtral vision encoder, "
+        "LightOnOCR 2 and LightOnOCR-3-1B, before vLLM 0.32, whose encoder's memory at a full "
+        "step vLLM did not reserve).",
     )
     gpu_memory_utilization: float = Field(
         0.90, gt=0, le=1, description="`--gpu-memory-utilization`."
@@ -528,6 +536,13 @@ class VllmSettings(Group):
         parts = [p.strip() for p in value.split(",") if p.strip()]
         if not all(p.isdigit() and 0 < int(p) <= 4096 for p in parts):
             raise ValueError("accepted: batch sizes from 1 to 4096, comma-separated, or empty")
+        return value
+
+    @field_validator("max_num_batched_tokens")
+    @classmethod
+    def _batched(cls, value: int) -> int:
+        if 0 < value < 256:
+            raise ValueError("accepted: 0 (the model family's own) or at least 256")
         return value
 
     @field_validator("vllm_extra_args")

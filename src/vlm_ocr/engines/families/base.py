@@ -17,6 +17,10 @@ from ...images import Budget
 from ...prompts import Prompt
 from ..reading import Page, Reading
 
+# The tokens one engine step takes in, unless a family needs fewer: vLLM's own budget for a server,
+# four or five pages' image tokens of most families in one step.
+BATCHED_TOKENS = 16384
+
 
 class AnswerError(Exception):
     """The model's answer is not in its family's format (the reason says how)."""
@@ -158,6 +162,12 @@ class Family:
             {"type": "image_url", "image_url": {"url": image_url}},
             {"type": "text", "text": prompt.text},
         ]
+
+    def batched_tokens(self, vllm_release: tuple[int, int]) -> int:
+        """`--max-num-batched-tokens` when `MAX_NUM_BATCHED_TOKENS` is 0: the tokens one engine
+        step takes in (prompt chunks, and the image encoder's input with them), on the engine's
+        vLLM (major, minor)."""
+        return BATCHED_TOKENS
 
     # --- answers ----------------------------------------------------------------------------
 

@@ -23,6 +23,20 @@ PROMPT = Prompt("lighton-image-only", "1", "")
 # vLLM 0.30's Pixtral code imports (vLLM 0.32 reads either); vLLM 0.27.1 makes them loop.
 ENGINE_PINS = ("transformers==5.16.1",)
 BROKEN_VLLM = {"0.27.1": "its compiled mode makes every LightOnOCR model loop (LightOn)"}
+# Pixtral's vision encoder before vLLM 0.32 reads every page an engine step takes in as one
+# sequence, under a dense attention mask over all their patches (quadratic in the step's image
+# tokens), and vLLM's default model runner there does not reserve that memory when it sizes the KV
+# cache: at 16,384 batched tokens seven 1,540 px pages made a 6.7 GiB mask and the engine died of
+# CUDA out-of-memory at its first busy step on an H200 (vLLM 0.26). 4,096 tokens admit one page a
+# step (0.15-0.27 GiB of mask, about 54 ms of encoder on an H200), which also keeps the
+# quadratic cost off every decode step that shares the step. vLLM 0.32 attends page by page and
+# profiles the encoder, so the common budget is safe there.
+PIXTRAL_FIXED_IN = (0, 32)
+PIXTRAL_BATCHED_TOKENS = 4096
+
+
+def pixtral_batched_tokens(vllm_release: tuple[int, int], otherwise: int) -> int:
+    return PIXTRAL_BATCHED_TOKENS if vllm_release < PIXTRAL_FIXED_IN else otherwise
 
 
 class LightOnOcr(Family):
@@ -58,6 +72,9 @@ class LightOnOcr(Family):
 
     def limit_mm_per_prompt(self) -> dict[str, int]:
         return {"image": 1}
+
+    def batched_tokens(self, vllm_release: tuple[int, int]) -> int:
+        return pixtral_batched_tokens(vllm_release, super().batched_tokens(vllm_release))
 
     def processor_kwargs(self, max_pixels: int) -> dict[str, Any] | None:
         return None  # Pixtral's processor caps the page at 1540 px itself

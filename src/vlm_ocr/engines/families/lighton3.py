@@ -52,7 +52,7 @@ from ..reading import Page, Reading
 from . import grounding
 from .base import AnswerError, Checkpoint, Family, Sampling, from_grid, temperatures
 from .dollars import fix_escaped_dollars
-from .lighton import BROKEN_VLLM, ENGINE_PINS
+from .lighton import BROKEN_VLLM, ENGINE_PINS, pixtral_batched_tokens
 
 GROUNDING = Prompt("lightonocr-grounding", "1", "grounding", answer="grounding")
 PLAIN = Prompt("lightonocr-plain", "1", "")
@@ -165,6 +165,10 @@ class LightOnOcr3(Family):
 
     def limit_mm_per_prompt(self) -> dict[str, int]:
         return {"image": 1}
+
+    def batched_tokens(self, vllm_release: tuple[int, int]) -> int:
+        own = super().batched_tokens(vllm_release)
+        return pixtral_batched_tokens(vllm_release, own) if self.pixtral else own
 
     def processor_kwargs(self, max_pixels: int) -> dict[str, Any] | None:
         return None  # the processor as it ships (see the module)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from ...errors import ConfigError
 from ...settings import Settings, StartMode, VllmSettings
 from ..families import Family, default_family
+from ..families.base import BATCHED_TOKENS
 from ..gpu import GpuFacts
 
 # `MAX_NUM_SEQS=0`: sequences by the memory the engine has (GiB, all its GPUs). On an H200 the 32B
@@ -163,8 +164,13 @@ class ServeSpec:
     renderer_num_workers: int = 1
     #: page images to preprocess at once, which the front ends are sized by
     preprocessing: int = 1
-    #: the vLLM the front ends were sized for: the image's until the engine's is read
+    #: the vLLM the front ends and the batched tokens were sized for: the image's until the
+    #: engine's is read
     vllm_version: str = IMAGE_VLLM
+    #: `--max-num-batched-tokens`: the setting's, else the family's for that vLLM
+    max_num_batched_tokens: int = BATCHED_TOKENS
+    #: the model family it was resolved for (what sizes it by the engine's vLLM)
+    family: Family | None = dataclasses.field(default=None, compare=False, repr=False)
     #: the GPUs it was resolved for, as the engine facts name them (the caches' key has them)
     gpus: str = "none"
 
@@ -179,8 +185,14 @@ class ServeSpec:
         servers, threads = front_ends(
             self.vllm, self.preprocessing, self.data_parallel_size, version
         )
+        family = self.family or default_family()
+        batched = self.vllm.max_num_batched_tokens or family.batched_tokens(vllm_release(version))
         return dataclasses.replace(
-            self, vllm_version=version, api_server_count=servers, renderer_num_workers=threads
+            self,
+            vllm_version=version,
+            api_server_count=servers,
+            renderer_num_workers=threads,
+            max_num_batched_tokens=batched,
         )
 
     @classmethod
@@ -218,6 +230,7 @@ class ServeSpec:
             data_parallel_size=replicas,
             preprocessing=parallel,
             gpus=f"{gpu.describe()}; compute capability {gpu.capability}",
+            family=family,
         ).on_vllm(vllm_version)
 
 
@@ -243,7 +256,7 @@ def server_argv(spec: ServeSpec, port: int) -> list[str]:
         "--max-num-seqs",
         str(spec.max_num_seqs),
         "--max-num-batched-tokens",
-        str(vllm.max_num_batched_tokens),
+        str(spec.max_num_batched_tokens),
         "--gpu-memory-utilization",
         f"{vllm.gpu_memory_utilization:g}",
         "--tensor-parallel-size",

@@ -334,7 +334,7 @@ def test_nothing_runs_and_no_port_is_taken_before_start(monkeypatch) -> None:
     server = VllmServer(spec(NO_GPU), ModelFiles(Settings().model), pick_port=lambda: picked[9])
     assert server.children == [] and server.base_url == ""
     engine = make_engine(Settings(engine="vllm"), gpu=H100)  # the facts given: no probe
-    assert engine.default_concurrency == 192
+    assert engine.concurrency == 192 and engine.default_concurrency == 240  # a queue of 48
 
 
 FAKE_VLLM = """
@@ -467,13 +467,14 @@ def test_gpu_facts_are_read_from_nvidia_smi_once(monkeypatch: pytest.MonkeyPatch
 
     # Resolved once in make_engine: the server's flag and the worker's concurrency agree.
     engine = make_engine(Settings(engine="vllm", max_num_seqs=0))
-    assert engine.default_concurrency == 64 and flag(engine) == "64" and calls == [1]
+    assert engine.concurrency == 64 and flag(engine) == "64" and calls == [1]
+    assert engine.default_concurrency == 80  # and 16 more waiting in the server's queue
     engine = make_engine(Settings(engine="vllm", max_num_seqs=100))
-    assert engine.default_concurrency == 100 and flag(engine) == "100"
+    assert engine.concurrency == 100 and flag(engine) == "100"
     external = make_engine(
         Settings(engine="openai", openai_base_url="http://127.0.0.1:1", max_num_seqs=0)
     )
-    assert external.default_concurrency == 192
+    assert external.concurrency == 192
 
 
 def test_benchmarks_fix_the_answer_length() -> None:

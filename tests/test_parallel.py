@@ -75,11 +75,12 @@ def test_replicas_start_together_behind_one_server() -> None:
 
 def test_the_worker_keeps_every_replica_full(tmp_path: Path, loop, cpu_pool) -> None:
     engine = make_engine(Settings(engine="vllm", model_name="org/m"), gpu=h200s(2))
-    assert (engine.replicas, engine.default_concurrency) == (2, 512)
+    assert (engine.replicas, engine.concurrency) == (2, 512)  # what the replicas batch
+    assert engine.default_concurrency == 640  # and a quarter more waiting in the queue
     fake = FakeEngine(concurrency=engine.default_concurrency)
     fake.replicas = engine.replicas
     worker = new_worker(loop, make_settings(tmp_path), fake, cpu_pool)
-    assert worker.engine_slots == 512  # pages in flight at the engine
+    assert worker.engine_slots == 640  # pages in flight at the engine
     assert worker.jobs_at_once == 2 * Settings().job.max_concurrent_jobs
 
 

@@ -108,7 +108,7 @@ def make_engine(
         family=family,
         concurrency=concurrency,
         replicas=replicas,
-        connections=settings.job.max_concurrent_pages or concurrency,
+        connections=settings.job.max_concurrent_pages or None,
         default_prompt=settings.job.default_prompt,
         gpu=gpu,
         options=options,

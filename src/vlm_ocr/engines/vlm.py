@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import random
 import time
 from pathlib import Path
@@ -35,6 +36,17 @@ WARMUP_MAX_TOKENS = 32
 # The first wait before a request is sent again after a transport failure; it doubles each time,
 # jittered so that pages a dropped batch of connections lost are not all sent in one burst.
 RETRY_BACKOFF_S = 0.5
+# Pages kept waiting in the server's own queue beyond what it batches, a share of it: a sequence
+# that ends is replaced at the next step by a page already decoded and preprocessed, not after a
+# round trip through the worker, HTTP and the server's image preprocessing (with exactly the
+# batch in flight, vLLM's waiting queue is always empty and every page in its front end is a
+# batch slot left idle). A page's request time includes its wait there.
+QUEUED_AHEAD = 0.25
+
+
+def pages_in_flight(concurrency: int) -> int:
+    """Pages the worker keeps at a server that batches `concurrency`: that many and a queue."""
+    return concurrency + math.ceil(concurrency * QUEUED_AHEAD)
 
 
 def backoff_s(retry: int) -> float:
@@ -141,11 +153,12 @@ class VlmEngine:
         self.family = family
         self.options = options or EngineOptions()
         self.model = vlm.served_model_name
-        self.default_concurrency = concurrency
+        self.concurrency = concurrency
+        self.default_concurrency = pages_in_flight(concurrency)
         self.replicas = replicas
         self.default_prompt = default_prompt
         self.gpu = gpu or GpuFacts()
-        self.connections = connections or concurrency
+        self.connections = connections or self.default_concurrency
         self.attempts = family.sampling.ladder(vlm.max_attempts)
         self.max_tokens = vlm.max_tokens or family.sampling.max_tokens
         own = server.name == "vllm"

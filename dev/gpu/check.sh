@@ -119,7 +119,7 @@ for spec in "$@"; do
     --vllm "$vllm" --data benchmarks/gpu.jsonl --data "$rows" "${done_args[@]}")"
   [ -z "$skip$kind" ] && skip="skipped: the planner gave no step (see plan.txt)"
   if [ -n "$skip" ]; then say "$spec: $skip"; continue; fi
-  dir=$A/dummy/$target
+  dir=$A/dummy/${checkpoint##*/}  # the checkpoint's name: a fine-tune is told by it
   if ! make_model "$generator" "$dir"; then
     say "$spec: skipped: dev/gpu/make_dummy_model.py cannot make '$generator' (logs: make-$generator.txt)"
     pack

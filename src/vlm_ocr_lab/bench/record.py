@@ -40,6 +40,7 @@ NOT_OVERRIDES = frozenset(
         "openai_api_key",
         "vllm_python",
         "vllm_port",
+        "vllm_cache_seed",  # where the image keeps what its build seeded: a path, not a choice
     }
 )
 # What every run on the GPU host sets to measure at all (dev/gpu/env.sh): dummy weights, and

@@ -51,7 +51,11 @@ def rows() -> list[Row]:
     for family in FAMILIES.values():
         for c in family.checkpoints:
             own = [r for r in runs if r.model == c.repo]
-            fresh = measured.latest(family.name, start="fresh", rows=own)
+            # the newest fresh run that benched pages; a start alone only where none did
+            benched = [r for r in own if r.pages]
+            fresh = measured.latest(family.name, start="fresh", rows=benched) or measured.latest(
+                family.name, start="fresh", rows=own
+            )
             warm = measured.latest(family.name, start="warm", rows=own)
             found.append(Row(family, c, fresh, warm))
     return found

@@ -231,7 +231,8 @@ def test_an_interrupted_run_goes_on_with_only_what_is_missing(workers, s3, prefi
         for k in keys(s3, f"ocr/{prefix}/")
         if k.endswith("/document.json") and json.loads(read(s3, k))["complete"]
     }
-    assert 2 <= len(finished) < 5
+    # The first finished for sure; the second's end may not have reached the client yet.
+    assert 1 <= len(finished) < 5
 
     report = tmp_path / "again.jsonl"
     again = run_corpus(workers, corpus_of(folder), options, CorpusOptions(report=report))
@@ -283,10 +284,8 @@ def test_a_refusal_is_said_once_and_nothing_is_drawn(workers, tmp_path):
     letter.write_text("no PDF")
     done = workers.submit(str(letter), cwd=tmp_path)
     assert done.returncode == 1
-    assert (
-        done.stderr
-        == "vlm-ocr submit: letter.pdf: the data is not a PDF (it does not start with %PDF)\n"
-    )
+    said = "vlm-ocr submit: letter.pdf: the data is not a PDF (it does not start with %PDF)\n"
+    assert done.stderr == said  # once, and no bar around it
     assert done.stdout == ""
 
     done = workers.submit(cwd=tmp_path)

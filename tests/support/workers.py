@@ -48,12 +48,8 @@ class Workers(LocalEndpoint):
 
     def client_env(self, **extra: str) -> dict[str, str]:
         """The environment `vlm-ocr submit` runs in, as a user would set it."""
-        return worker_environ(
-            **self.s3.env(BUCKET),
-            RUNPOD_API_BASE=self.router.base,
-            RUNPOD_API_KEY=API_KEY,
-            **extra,
-        )
+        given = self.s3.env(BUCKET) | {"RUNPOD_API_BASE": self.router.base}
+        return worker_environ(**given | {"RUNPOD_API_KEY": API_KEY} | extra)
 
     def submit(self, *args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
         """`vlm-ocr submit ARGS --endpoint e` as a user types it, to its end."""

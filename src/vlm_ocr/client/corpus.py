@@ -96,6 +96,7 @@ class CorpusRun:
     ) -> None:
         self.corpus, self.settings, self.copts = corpus, settings, copts
         self.options = replace(options, resume=True)
+        self.single = corpus.single_file is not None
         self.limits = Limits.of(settings)
         self.progress = progress or Progress()
         self.note = note
@@ -243,7 +244,7 @@ class CorpusRun:
         elif line.status in ("partial", "failed"):
             p.pages_failed += line.failed
         p.jobs_sent, p.jobs_in_flight = self.shared.sent, self.jobs.held
-        if line.status not in ("ok",):
+        if line.status != "ok" and not self.single:  # one document's outcome is printed after
             log.info("%s: %s%s", line.source, line.status, f": {line.error}" if line.error else "")
 
     def _close(self, wall_s: float) -> None:

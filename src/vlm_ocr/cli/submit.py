@@ -272,17 +272,25 @@ def _single_outcome(path: Path, run: CorpusRun) -> int:
     if manifest is None:
         print(f"vlm-ocr submit: {line.error if line else 'nothing was sent'}", file=sys.stderr)
         return 1
-    print_outcome(path, manifest, run.shared.store.uri)
+    print_outcome(path, manifest, run.shared.store.uri, earlier=bool(line and line.earlier))
     return 0 if manifest.complete else 1
 
 
-def print_outcome(path: Path, manifest: DocumentManifest, uri: Callable[[str], str]) -> None:
+def print_outcome(
+    path: Path, manifest: DocumentManifest, uri: Callable[[str], str], *, earlier: bool = False
+) -> None:
     t = manifest.totals
-    print(
-        f"{path}: {t.pages} pages in {t.jobs} jobs ({t.submissions} submissions): "
-        f"{t.ok} ok, {t.blank} blank, {t.failed} failed, {t.reused} reused; "
-        f"{manifest.wall_s or 0:.1f} s"
-    )
+    if earlier:
+        print(
+            f"{path}: finished by an earlier run, nothing sent: {t.pages} pages in {t.jobs} "
+            f"jobs: {t.ok} ok, {t.blank} blank, {t.failed} failed"
+        )
+    else:
+        print(
+            f"{path}: {t.pages} pages in {t.jobs} jobs ({t.submissions} submissions): "
+            f"{t.ok} ok, {t.blank} blank, {t.failed} failed, {t.reused} reused; "
+            f"{manifest.wall_s or 0:.1f} s"
+        )
     print(f"manifest: {uri(manifest.manifest_key)}")
     if manifest.text_key:
         print(f"text:     {uri(manifest.text_key)}")

@@ -195,7 +195,7 @@ def test_broken_documents_are_refused_and_the_others_go_on(workers, s3, prefix, 
 
 def run_corpus(workers: Workers, corpus: Corpus, options: Options, copts: CorpusOptions):
     run = CorpusRun(corpus, workers.settings(), options, copts)
-    corpus.lister = bucket_lister(run.shared.store.client, BUCKET)
+    corpus.lister = bucket_lister(run.shared.store.bucket)
     return run
 
 

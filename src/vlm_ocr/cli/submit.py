@@ -150,7 +150,7 @@ def prepare(settings: Settings, args: argparse.Namespace) -> CorpusRun:
         options,
         CorpusOptions(max_in_flight=args.max_in_flight, report=report, gpu_price=args.gpu_price),
     )
-    corpus.lister = bucket_lister(run.shared.store.client, run.shared.store.bucket.name)
+    corpus.lister = bucket_lister(run.shared.store.bucket)
     return run
 
 

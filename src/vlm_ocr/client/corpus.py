@@ -56,11 +56,20 @@ class Progress:
     pages_expected: int = 0  # pages of the documents this run works on
     pages_stored: int = 0
     pages_failed: int = 0
-    jobs_sent: int = 0
-    jobs_in_flight: int = 0
     workers: int | None = None
+    #: the run's jobs: sent, and queued or running at RunPod now
+    sent: Callable[[], int] = lambda: 0
+    held: Callable[[], int] = lambda: 0
     plan: str | None = None
     started: float = field(default_factory=time.monotonic)
+
+    @property
+    def jobs_sent(self) -> int:
+        return self.sent()
+
+    @property
+    def jobs_in_flight(self) -> int:
+        return self.held()
 
     @property
     def documents_done(self) -> int:
@@ -104,6 +113,8 @@ class CorpusRun:
         self.jobs = Gate(None if auto else copts.max_in_flight, plan=self._plan if auto else None)
         self.window = Gate(AHEAD + (copts.max_in_flight or 0))
         self.shared = Shared(settings.bucket, settings.client, self.options, self.jobs)
+        self.progress.sent = lambda: self.shared.sent
+        self.progress.held = lambda: self.jobs.held
         self.summary = Summary(gpu_price=copts.gpu_price)
         self.report = Report(copts.report)
         self.stopped: Exception | None = None
@@ -140,7 +151,11 @@ class CorpusRun:
         documents = self.corpus.documents()
         while self.stopped is None:
             await self.window.__aenter__()
-            listed = await asyncio.to_thread(next, documents, None)
+            try:
+                listed = await asyncio.to_thread(next, documents, None)
+            except Exception as exc:  # the bucket refused the listing, a list file vanished
+                self._stop(exc)
+                listed = None
             if listed is None or self.stopped is not None:
                 await self.window.__aexit__()
                 break
@@ -173,22 +188,26 @@ class CorpusRun:
             line = self._unfinished(listed, sub, str(exc), t0)
             if isinstance(exc, EndpointError) and exc.unreachable:
                 self._stop(exc)
+        except Exception as exc:  # no document leaves the report without its line
+            log.exception("%s", listed.source)
+            line = self._unfinished(listed, sub, f"{type(exc).__name__}: {exc}", t0)
         finally:
             self._release(name)
             await self.window.__aexit__()
         self._finish(line, sub)
 
     def _submission(self, listed: Listed) -> Submission:
-        return Submission(
+        sub = Submission(
             listed,
             self.settings.bucket,
             self.settings.client,
             self.options,
-            on_page=self._page,
             on_start=self._started,
             shared=self.shared,
             limits=self.limits,
         )
+        sub.on_page = lambda page: self._page(sub, page)
+        return sub
 
     async def _claim(self, name: str) -> None:
         """One document at a time per file or key: a second listing of it waits for the
@@ -220,18 +239,18 @@ class CorpusRun:
     # --- counts -----------------------------------------------------------------------------
 
     def _started(self, manifest: DocumentManifest) -> None:
-        """A document this run works on: its pages, and the size of the jobs it sends."""
-        self.progress.pages_expected += manifest.page_count
+        """A document this run works on: its pages not stored yet, and the size of the jobs it
+        sends."""
+        self.progress.pages_expected += manifest.page_count - sum(p.stored for p in manifest.pages)
         for part in manifest.parts:
             if not part.settled:
                 self._job_pages[0] += part.last - part.first + 1
                 self._job_pages[1] += 1
 
-    def _page(self, page: PageReport) -> None:
-        if page.stored:
+    def _page(self, sub: Submission, page: PageReport) -> None:
+        """A page stored by a job of this run (not one an earlier run stored)."""
+        if page.stored and sub.sent:
             self.progress.pages_stored += 1
-        self.progress.jobs_in_flight = self.jobs.held
-        self.progress.jobs_sent = self.shared.sent
 
     def _finish(self, line: DocumentLine, sub: Submission | None) -> None:
         self.report.write(line)
@@ -243,7 +262,6 @@ class CorpusRun:
             p.earlier += 1
         elif line.status in ("partial", "failed"):
             p.pages_failed += line.failed
-        p.jobs_sent, p.jobs_in_flight = self.shared.sent, self.jobs.held
         if line.status != "ok" and not self.single:  # one document's outcome is printed after
             log.info("%s: %s%s", line.source, line.status, f": {line.error}" if line.error else "")
 
@@ -330,4 +348,3 @@ class CorpusRun:
             task.cancel()
         await asyncio.gather(*list(self._tasks), return_exceptions=True)
         self.cancelled = await self.shared.cancel_active()
-        self.progress.jobs_in_flight = 0

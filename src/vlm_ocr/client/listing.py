@@ -14,8 +14,8 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from ..storage import Bucket
 from .documents import DOCUMENT_SUFFIXES, Listed
 
 # (key, size, etag) of every object under a prefix, a page of keys at a time
@@ -61,13 +61,15 @@ class Corpus:
 
     def check(self) -> None:
         for arg in self.arguments:
-            self._check_target(arg, where="")
+            problem = self._problem(arg)
+            if problem is not None:
+                raise UsageError(problem)
         for path in self.list_files:
             if str(path) != "-" and not path.is_file():
                 raise UsageError(f"--list {path}: no such file")
 
-    def _check_target(self, arg: str, where: str) -> str | None:
-        """None if the argument names something; else why not (raised for the command line)."""
+    def _problem(self, arg: str) -> str | None:
+        """None if the argument (or a list file's line) names something; else why not."""
         target = s3_target(arg)
         if target is not None:
             problem = None
@@ -80,8 +82,6 @@ class Corpus:
                 )
         else:
             problem = None if Path(arg).exists() else f"{arg}: no such file or folder"
-        if problem is not None and not where:
-            raise UsageError(problem)
         return problem
 
     @property
@@ -107,11 +107,11 @@ class Corpus:
 
         lines = sys.stdin if str(path) == "-" else path.open(encoding="utf-8")
         try:
-            for number, raw in enumerate(lines, 1):
+            for raw in lines:
                 line = raw.strip()
                 if not line or line.startswith("#"):
                     continue
-                problem = self._check_target(line, where=f"{path}:{number}")
+                problem = self._problem(line)
                 if problem is not None:
                     yield Listed(line, problem=problem)
                 else:
@@ -150,12 +150,20 @@ def walk(folder: Path) -> Iterator[Listed]:
             yield Listed(entry.path, path=Path(entry.path))
 
 
-def bucket_lister(client: Any, bucket: str) -> KeyLister:
-    """Every object under a prefix, one page of up to 1,000 keys at a time."""
+def bucket_lister(bucket: Bucket) -> KeyLister:
+    """Every object under a prefix, one page of up to 1,000 keys at a time; a StorageError
+    that says what to check when the bucket refuses the listing."""
 
     def keys(prefix: str) -> Iterator[tuple[str, int, str]]:
-        pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
-        for page in pages:
+        lister = bucket.client.get_paginator("list_objects_v2")
+        pages = iter(lister.paginate(Bucket=bucket.name, Prefix=prefix))
+        while True:
+            try:
+                page = next(pages, None)
+            except Exception as exc:
+                raise bucket.error("LIST", prefix, exc) from None
+            if page is None:
+                return
             for obj in page.get("Contents") or []:
                 yield obj["Key"], int(obj.get("Size") or 0), str(obj.get("ETag") or "")
 

@@ -245,10 +245,12 @@ class Submission:
         todo = [p for p in manifest.parts if not p.settled]
         await asyncio.gather(*(self._part(part) for part in todo))
         manifest.summarise()
-        if manifest.finished and manifest.totals.failed < manifest.page_count:
-            manifest.text_key, manifest.markdown_key = await self._write_text(manifest)
-        manifest.wall_s = round(time.perf_counter() - t0, 2)
-        await self.save()
+        try:
+            if manifest.finished and manifest.totals.failed < manifest.page_count:
+                manifest.text_key, manifest.markdown_key = await self._write_text(manifest)
+        finally:  # what the jobs did is recorded even if the whole text could not be written
+            manifest.wall_s = round(time.perf_counter() - t0, 2)
+            await self.save()
         return manifest
 
     async def _identify(self) -> str:
@@ -323,6 +325,8 @@ class Submission:
         if self.listed.key is not None and self.listed.etag not in (None, manifest.source_etag):
             return None  # the object changed since
         for part in manifest.parts:
+            if not part.settled and not manifest.missing(part):
+                part.status = "ok"  # every page stored; the run stopped before its job's end
             if self.options.retry_failed and part.status != "ok":
                 part.final = False
             if not part.settled:
@@ -366,7 +370,8 @@ class Submission:
                 # every page stored (only its manifest was not): nothing is left to send
                 part.status = "failed" if self.manifest.missing(part) else "ok"
                 part.final = part.error.startswith(OWN_FAULT)
-            await self.save()
+            if not part.settled or not self.manifest.finished:
+                await self.save()  # (the document's last part: saved once, with its text)
             if part.settled:
                 return
             if attempt < self.options.retries:

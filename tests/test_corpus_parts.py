@@ -94,6 +94,7 @@ def test_the_default_limit_follows_the_workers_and_the_jobs_size() -> None:
     assert "2 workers" in Plan.of(2, 4.0).said() and "200 jobs" in Plan.of(2, 4.0).said()
     assert worker_count({"workers": {"idle": 1, "running": 2, "initializing": 1, "ready": 3}}) == 4
     assert poll_interval(2.0, 10) == 2.0 and poll_interval(2.0, 250) == 5.0
+    assert poll_interval(2.0, 10, queued=True) == 10.0
 
 
 def test_the_gate_holds_at_most_its_limit_and_follows_a_new_one() -> None:

@@ -47,6 +47,7 @@ class View:
         self.terminal = self.stream.isatty()
         self.every_s = every_s or (TERMINAL_S if self.terminal else LINE_S)
         self._bar: Any = None
+        self._said = ""
 
     # --- what it says -----------------------------------------------------------------------
 
@@ -83,7 +84,10 @@ class View:
             return  # nothing to show yet (and nothing drawn around a refusal)
         p = self.progress
         if not self.terminal:
-            self.write(self.line())
+            line = self.line()
+            if line != self._said:  # a line when something moved
+                self.write(line)
+                self._said = line
             return
         if self._bar is None:
             from tqdm import tqdm
@@ -92,8 +96,9 @@ class View:
                 total=self.expected(), unit="page", desc=self.single or "pages", file=self.stream
             )
         bar = self._bar
-        bar.total = max(self.expected(), p.pages_stored + p.pages_failed)
-        bar.n = p.pages_stored + p.pages_failed
+        done = p.pages_stored + p.pages_failed
+        bar.total = max(self.expected(), done)
+        bar.update(done - bar.n)  # (tqdm's pace and time left follow its updates)
         if not self.single:
             bar.set_postfix_str(
                 f"{self.documents()}, {p.jobs_in_flight} jobs in flight", refresh=False
@@ -117,8 +122,8 @@ class View:
             self.draw()
             self._bar.close()
             self._bar = None
-        elif not self.terminal and self._showing():
-            self.write(self.line())
+        elif not self.terminal:
+            self.draw()
 
     def _showing(self) -> bool:
         """Pages to show (one document), or a document done (a corpus)."""

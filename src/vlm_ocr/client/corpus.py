@@ -143,6 +143,7 @@ class CorpusRun:
                 task.cancel()
             await asyncio.gather(*helpers, return_exceptions=True)
             self._close(time.monotonic() - t0)
+            await self.shared.close()
         return self.summary
 
     # --- the stream of documents ------------------------------------------------------------

@@ -85,10 +85,17 @@ class Plan:
         )
 
 
-def poll_interval(poll_s: float, in_flight: int) -> float:
-    """Seconds between two looks at one job: `poll_s`, longer when many jobs are in flight."""
-    return max(poll_s, in_flight / MAX_POLLS_PER_S)
+# A job still in RunPod's queue is looked at this many times less often: most of a long run's
+# jobs wait there, and one that starts is seen at its next look (its end a little later).
+QUEUED_SLOWER = 5
 
 
-async def sleep_poll(poll_s: float, in_flight: int) -> None:
-    await asyncio.sleep(poll_interval(poll_s, in_flight))
+def poll_interval(poll_s: float, in_flight: int, *, queued: bool = False) -> float:
+    """Seconds between two looks at one job: `poll_s`, longer when many jobs are in flight,
+    and longer again while it waits in the queue."""
+    interval = max(poll_s, in_flight / MAX_POLLS_PER_S)
+    return interval * QUEUED_SLOWER if queued else interval
+
+
+async def sleep_poll(poll_s: float, in_flight: int, *, queued: bool = False) -> None:
+    await asyncio.sleep(poll_interval(poll_s, in_flight, queued=queued))

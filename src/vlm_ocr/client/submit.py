@@ -411,7 +411,8 @@ class Submission:
             state = body.get("status", "")
             if state in FINAL_STATES:
                 break
-            await sleep_poll(self.options.poll_s, len(self.shared.active))
+            queued = state == "IN_QUEUE"
+            await sleep_poll(self.options.poll_s, len(self.shared.active), queued=queued)
         final = await api.status(job_id)
         return final.get("status", state), final.get("output"), final.get("error")
 

@@ -152,3 +152,14 @@ def test_the_summary_prices_the_workers_time_and_says_whether_all_is_ok() -> Non
     assert "US$600.000 per 1,000 pages" in text  # three pages stored this run
     assert "c.pdf: refused: the PDF has no pages" in text
     assert summary.as_json()["cost_usd"] == 1.8
+
+
+def test_a_list_can_come_from_standard_input(tmp_path: Path, monkeypatch) -> None:
+    import io
+    import sys
+
+    one = touch(tmp_path / "one.pdf")
+    monkeypatch.setattr(sys, "stdin", io.StringIO(f"{one}\ns3://b/in/two.png\n"))
+    corpus = Corpus([], [Path("-")], "b", results_prefix="ocr/")
+    corpus.check()
+    assert [d.path or d.key for d in corpus.documents()] == [one, "in/two.png"]

@@ -100,8 +100,9 @@ class View:
         bar.total = max(self.expected(), done)
         bar.update(done - bar.n)  # (tqdm's pace and time left follow its updates)
         if not self.single:
+            failed = f", {p.pages_failed} pages failed" if p.pages_failed else ""
             bar.set_postfix_str(
-                f"{self.documents()}, {p.jobs_in_flight} jobs in flight", refresh=False
+                f"{self.documents()}{failed}, {p.jobs_in_flight} jobs in flight", refresh=False
             )
         bar.refresh()
 

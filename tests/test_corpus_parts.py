@@ -163,3 +163,21 @@ def test_a_list_can_come_from_standard_input(tmp_path: Path, monkeypatch) -> Non
     corpus = Corpus([], [Path("-")], "b", results_prefix="ocr/")
     corpus.check()
     assert [d.path or d.key for d in corpus.documents()] == [one, "in/two.png"]
+
+
+def test_a_documents_own_failure_is_told_by_the_workers_words(run) -> None:
+    """The client sends a failed job again unless its error says the document caused it; these
+    are the worker's words for both kinds."""
+    from vlm_ocr.client.submit import OWN_FAULT
+    from vlm_ocr.contract import PageReport
+    from vlm_ocr.errors import JobStop
+    from vlm_ocr.pipeline.verdict import verdict
+
+    refused = run({"pdf": {"url": "ftp://example.com/x.pdf"}})  # its input refused
+    unreadable = run({"images": [{"base64": "%%%"}]})  # its only page failed on its own
+    for own in (refused, unreadable):
+        assert own.status == "failed" and (own.error or "").startswith(OWN_FAULT), own.error
+    failed = [PageReport(page=1, source="s", status="failed", error="engine gone")]
+    for kind in ("store", "engine"):  # stopped from outside: worth sending again
+        outside = verdict(failed, problems=[], stop=JobStop(kind, "down"))  # type: ignore[arg-type]
+        assert outside.retry and not (outside.error or "").startswith(OWN_FAULT)

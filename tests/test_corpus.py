@@ -150,6 +150,19 @@ def test_a_bucket_prefix_is_read_where_it_is(workers, s3, prefix, tmp_path):
     inputs = [j.input for j in jobs_under(workers, f"{prefix}/out/")]
     assert {i.get("pdf", {}).get("key") for i in inputs} == {f"{prefix}/in/x.pdf", None}
 
+    # Run again: nothing is sent, the failed image included (its failure was its own) ...
+    args = (f"s3://{BUCKET}/{prefix}/in/", "--prefix", f"{prefix}/out", "--report", str(report))
+    again = workers.submit(*args, cwd=tmp_path)
+    assert again.returncode == 1, again.stderr[-3000:]
+    lines = lines_of(report)
+    assert all(line["earlier"] and line["jobs"] == 0 for line in lines.values()), lines
+    # ... unless its failed pages are asked for once more.
+    retried = workers.submit(*args, "--retry-failed", cwd=tmp_path)
+    assert retried.returncode == 1, retried.stderr[-3000:]
+    lines = lines_of(report)
+    assert lines["broken.png"]["jobs"] == 1 and lines["broken.png"]["status"] == "failed"
+    assert lines["x.pdf"]["jobs"] == 0 and lines["x.pdf"]["earlier"]
+
 
 def test_broken_documents_are_refused_and_the_others_go_on(workers, s3, prefix, tmp_path):
     folder = tmp_path / "mixed"

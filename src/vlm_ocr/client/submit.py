@@ -230,7 +230,7 @@ class Submission:
             "/"
         )
         manifest = await self._previous(prefix, identity) if self.options.resume else None
-        if manifest is not None and manifest.finished and not self._again(manifest):
+        if manifest is not None and manifest.finished:
             self.manifest, self.skipped = manifest, True
             for page in manifest.pages:
                 self._tell(page)
@@ -300,10 +300,6 @@ class Submission:
             job_options=opts.job_options or {},
             parts=split_pages(facts.page_count, opts.pages_per_job),
         )
-
-    def _again(self, manifest: DocumentManifest) -> bool:
-        """A finished document asked to send its failed pages again."""
-        return self.options.retry_failed and any(not p.stored for p in manifest.pages)
 
     async def _previous(self, prefix: str, identity: str) -> DocumentManifest | None:
         """What an earlier run recorded for this document, to go on from; None to start anew

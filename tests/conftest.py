@@ -17,8 +17,10 @@ from vlm_ocr.images import Budget
 from vlm_ocr.pipeline.cpu_pool import CpuPool
 from vlm_ocr.pipeline.worker import Worker, warmup_page
 from vlm_ocr.settings import Settings
+from vlm_ocr_lab.standins.loopback_s3 import LoopbackS3
 
 from .support import TEST_PIXELS, make_settings, new_worker, run_job
+from .support.workers import BUCKET, Workers
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -74,3 +76,21 @@ def run(loop: WorkerLoop, worker: Worker) -> Callable[..., JobResult]:
         return run_job(loop, worker, job, job_id)
 
     return go
+
+
+@pytest.fixture(scope="session")
+def loopback_s3() -> Iterator[LoopbackS3]:
+    """moto's S3 server on loopback with the bucket the fan-out tests' workers use."""
+    server = LoopbackS3()
+    server.create_bucket(BUCKET)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def workers(loopback_s3: LoopbackS3, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workers]:
+    """Two CPU-engine workers behind the stand-in endpoint, started once for the session's
+    `vlm-ocr submit` tests (each test keeps to its own prefix and counts its own jobs)."""
+    endpoint = Workers(loopback_s3, tmp_path_factory.mktemp("workers"))
+    yield endpoint
+    endpoint.stop()

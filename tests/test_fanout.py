@@ -4,11 +4,13 @@ stand-in for RunPod's endpoint routes, with moto's S3 server as the bucket."""
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -18,59 +20,22 @@ from vlm_ocr.client.submit import Options, Submission
 from vlm_ocr.contract import PageReport
 from vlm_ocr.pipeline.textsim import similarity
 from vlm_ocr.settings import Settings
-from vlm_ocr_lab.standins.local_endpoint import API_KEY, LocalEndpoint, worker_environ
-from vlm_ocr_lab.standins.loopback_s3 import LoopbackS3, s3_client
+from vlm_ocr_lab.standins.local_endpoint import API_KEY
+from vlm_ocr_lab.standins.loopback_s3 import LoopbackS3
 
-from .support import ROOT, SPARE_LIMITS_ENV, TEST_PIXELS
+from .support import ROOT
 from .support.fault_proxy import FaultProxy
-
-BUCKET = "fanout"
-SAFETY_S = 600  # a wait that should end long before; only a hung test runs into it
+from .support.workers import SAFETY_S, Workers, read
 
 
-def worker_env(s3: LoopbackS3, tmp: Path, bucket_url: str | None = None) -> dict[str, str]:
-    return worker_environ(
-        **SPARE_LIMITS_ENV
-        | s3.env(BUCKET)
-        | ({"BUCKET_ENDPOINT_URL": bucket_url} if bucket_url else {}),
-        ENGINE="rapidocr",
-        RENDER_PROCESSES="1",
-        MAX_PIXELS=str(TEST_PIXELS),
-        OUTPUT_DIR=str(tmp / "unused"),
-        RUNPOD_LOG_LEVEL="ERROR",
-        LOG_LEVEL="WARNING",
-        UVICORN_LOG_LEVEL="warning",
-    )
+@pytest.fixture
+def s3(loopback_s3: LoopbackS3) -> LoopbackS3:
+    return loopback_s3
 
 
-class Endpoint(LocalEndpoint):
-    """Two workers behind the stand-in endpoint, on the loopback bucket."""
-
-    def __init__(
-        self, s3: LoopbackS3, tmp: Path, *, throttle: int = 0, bucket_url: str | None = None
-    ) -> None:
-        env = worker_env(s3, tmp, bucket_url)
-        super().__init__(ROOT / "handler.py", env, 2, throttle=throttle)
-
-    def settings(self, s3: LoopbackS3) -> Settings:
-        return Settings(
-            **s3.settings_update(BUCKET), runpod_api_base=self.router.base, runpod_api_key=API_KEY
-        )
-
-
-@pytest.fixture(scope="module")
-def s3():
-    server = LoopbackS3()
-    server.create_bucket(BUCKET)
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
-def endpoint(s3, tmp_path_factory):
-    ep = Endpoint(s3, tmp_path_factory.mktemp("fanout"), throttle=2)
-    yield ep
-    ep.stop()
+@pytest.fixture
+def endpoint(workers: Workers) -> Workers:
+    return workers
 
 
 def write_pdf(path: Path, count: int) -> list[list[str]]:
@@ -90,20 +55,17 @@ def submit(path: Path, settings: Settings, **options: object):
     return manifest, seen
 
 
-def read(s3: LoopbackS3, key: str) -> str:
-    body = s3_client(s3.endpoint).get_object(Bucket=BUCKET, Key=key)["Body"].read()
-    return body.decode()
-
-
 def test_sixty_pages_in_six_jobs_come_back_complete_and_in_order(s3, endpoint, tmp_path) -> None:
     pdf = tmp_path / "case.pdf"
     truth = write_pdf(pdf, 60)
-    manifest, seen = submit(pdf, endpoint.settings(s3), pages_per_job=10, out=tmp_path / "out")
+    router = endpoint.router
+    router.throttle = router.throttled + 2  # the next two submissions are answered with 429
+    manifest, seen = submit(pdf, endpoint.settings(), pages_per_job=10, out=tmp_path / "out")
 
     assert manifest.complete and manifest.totals.ok == 60 and len(manifest.parts) == 6
     assert all(part.status == "ok" and len(part.job_ids) == 1 for part in manifest.parts)
-    # The router answered the first two submissions with 429; the client backed off.
-    assert endpoint.router.throttled == 2
+    # The router answered two submissions with 429; the client backed off.
+    assert router.throttled == router.throttle
     jobs = [endpoint.router.jobs[i] for part in manifest.parts for i in part.job_ids]
     assert {job.worker for job in jobs} == set(endpoint.urls)  # spread over both workers
     # Each job's pages were streamed with their numbers, within the job's range.
@@ -136,13 +98,13 @@ def test_sixty_pages_in_six_jobs_come_back_complete_and_in_order(s3, endpoint, t
         )
 
     # A second run resubmits the jobs, and the workers reuse every stored page.
-    again, _ = submit(pdf, endpoint.settings(s3), pages_per_job=10)
+    again, _ = submit(pdf, endpoint.settings(), pages_per_job=10)
     assert again.complete and again.totals.reused == 60
     assert read(s3, again.text_key or "") == whole
 
     # --resume finds every job complete and submits nothing.
     before = len(endpoint.router.jobs)
-    resumed, seen_again = submit(pdf, endpoint.settings(s3), pages_per_job=10, resume=True)
+    resumed, seen_again = submit(pdf, endpoint.settings(), pages_per_job=10, resume=True)
     assert resumed.complete and len(endpoint.router.jobs) == before
     assert sorted(page.page for page in seen_again) == list(range(1, 61))
 
@@ -151,7 +113,7 @@ def test_a_worker_killed_mid_run_ends_with_every_page_stored(s3, tmp_path_factor
     # The workers reach the bucket through a proxy that sees each page they store: worker 0 is
     # killed the moment its first page is stored, in the middle of its job of six.
     proxy = FaultProxy(tuple(s3.endpoint.removeprefix("http://").split(":")))  # type: ignore[arg-type]
-    ep = Endpoint(s3, tmp_path_factory.mktemp("kill"), bucket_url=proxy.url)
+    ep = Workers(s3, tmp_path_factory.mktemp("kill"), bucket_url=proxy.url)
     first_page_of_worker_0 = threading.Event()
 
     def answered(method: str, path: str, status: int) -> None:
@@ -168,7 +130,7 @@ def test_a_worker_killed_mid_run_ends_with_every_page_stored(s3, tmp_path_factor
         options = Options("local-endpoint", pages_per_job=6, poll_s=0.2, retries=2)
 
         async def run_and_kill():
-            task = asyncio.ensure_future(submission(pdf, ep.settings(s3), options).run())
+            task = asyncio.ensure_future(submission(pdf, ep.settings(), options).run())
             stored = await asyncio.to_thread(first_page_of_worker_0.wait, SAFETY_S)
             assert stored, "worker 0 stored no page"
             ep.kill(0)
@@ -191,53 +153,44 @@ def test_a_worker_killed_mid_run_ends_with_every_page_stored(s3, tmp_path_factor
 def test_ctrl_c_cancels_the_submitted_jobs_and_says_what_was_stored(s3, endpoint, tmp_path):
     pdf = tmp_path / "short.pdf"
     write_pdf(pdf, 4)
-    env = worker_environ(
-        **s3.env(BUCKET), RUNPOD_API_BASE=endpoint.router.base, RUNPOD_API_KEY=API_KEY
-    )
-    before = set(endpoint.router.jobs)
+    router = endpoint.router
+    before = set(router.jobs)
+    argv = ["-m", "vlm_ocr", "submit", str(pdf), "--endpoint", "e", "--pages-per-job", "2"]
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "vlm_ocr",
-            "submit",
-            str(pdf),
-            "--endpoint",
-            "e",
-            "--pages-per-job",
-            "2",
-            "--prefix",
-            "ctrl-c/short",
-        ],
+        [sys.executable, *argv, "--prefix", "ctrl-c/short"],
         cwd=ROOT,
-        env=env | {"LOG_LEVEL": "INFO"},
+        env=endpoint.client_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
-    # The client logs each job it has taken on (and recorded in its document manifest).
-    both_submitted = threading.Event()
-    log: list[str] = []
-
-    def watch() -> None:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            log.append(line)
-            if sum("submitted: pages" in seen for seen in log) == 2:
-                both_submitted.set()
-
-    reader = threading.Thread(target=watch, daemon=True)
-    reader.start()
-    assert both_submitted.wait(SAFETY_S), "".join(log)[-2000:]
+    # Both jobs at the endpoint, and both in the client's document manifest (so it knows them).
+    assert router.wait_for(lambda jobs: len(jobs) - len(before) == 2, SAFETY_S)
+    new = set(router.jobs) - before
+    assert wait_until(lambda: new <= job_ids_in(s3, "ocr/ctrl-c/short/document.json"))
     proc.send_signal(signal.SIGINT)
-    proc.wait(timeout=60)
-    reader.join(60)
-    out, err = proc.stdout.read() if proc.stdout else "", "".join(log)
+    out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err[-2000:]
     assert "interrupted: cancelled 2 job(s)" in err and "run again" in err
-    new = [endpoint.router.jobs[i] for i in set(endpoint.router.jobs) - before]
-    assert {job.state for job in new} == {"CANCELLED"}
+    assert {router.jobs[i].state for i in new} == {"CANCELLED"}
     assert API_KEY not in out + err
+
+
+def job_ids_in(s3: LoopbackS3, key: str) -> set[str]:
+    try:
+        manifest = json.loads(read(s3, key))
+    except Exception:  # not written yet
+        return set()
+    return {job for part in manifest["parts"] for job in part["job_ids"]}
+
+
+def wait_until(test, timeout_s: float = SAFETY_S) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if test():
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def test_a_wrong_api_key_says_which_setting_to_check(s3, endpoint, tmp_path) -> None:
@@ -245,7 +198,7 @@ def test_a_wrong_api_key_says_which_setting_to_check(s3, endpoint, tmp_path) -> 
 
     pdf = tmp_path / "one.pdf"
     write_pdf(pdf, 1)
-    settings = endpoint.settings(s3).with_(runpod_api_key="wrong")
+    settings = endpoint.settings().with_(runpod_api_key="wrong")
     with pytest.raises(EndpointError) as err:
         submit(pdf, settings, pages_per_job=1)
     assert "401 unauthorized; check RUNPOD_API_KEY" in str(err.value)

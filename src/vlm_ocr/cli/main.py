@@ -2,7 +2,7 @@
 
 vlm-ocr run FILE... [--out DIR]   OCR local PDFs and images, as a job would
 vlm-ocr plan CONFIG.json          GPU memory, and the pages that fit in the KV cache
-vlm-ocr submit FILE.pdf --endpoint ID   a large PDF spread over an endpoint's workers
+vlm-ocr submit PATH... --endpoint ID    documents or a corpus over an endpoint's workers
 vlm-ocr show RESULTS --page N     a page drawn with the blocks found on it
 vlm-ocr review RESULTS -o FILE    one HTML page to review a job's pages on
 
@@ -48,7 +48,9 @@ def parser() -> argparse.ArgumentParser:
     plan.add_arguments(sub.add_parser("plan", help="GPU memory and pages at once for a model"))
     submit.add_arguments(
         sub.add_parser(
-            "submit", help="spread a large PDF over an endpoint's workers and put it back together"
+            "submit",
+            help="spread documents (a large PDF, folders, a bucket prefix) over an endpoint's "
+            "workers and put each back together",
         )
     )
     show.add_arguments(sub.add_parser("show", help="draw a page with the blocks found on it"))

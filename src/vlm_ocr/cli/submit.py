@@ -1,44 +1,100 @@
-"""`vlm-ocr submit FILE.pdf --endpoint ID`: a large PDF spread over an endpoint's workers and put
-back together (`client.submit`), with a progress bar over pages; Ctrl-C cancels the jobs it
-submitted."""
+"""`vlm-ocr submit PATH... --endpoint ID`: documents spread over an endpoint's workers
+(`client.corpus`): one PDF put back together as before, or a corpus of files, folders, list
+files and bucket prefixes, with one display over it all, a corpus report and its cost; safe to
+stop (Ctrl-C cancels the jobs at RunPod) and to run again (what is finished is skipped).
+
+Exit status: 0 every document ok, 1 some not (failed, partial, refused, unfinished), 2 a usage
+error (nothing was sent), 130 interrupted."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..contract import PageReport
 from ..settings import Settings
 from .usage import prompt_help
 
 if TYPE_CHECKING:  # the client is imported when a submission runs, not with the command line
+    from ..client.corpus import CorpusRun
     from ..client.submit import DocumentManifest, Options
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("file", type=Path, metavar="FILE", help="the PDF to read")
+    p.add_argument(
+        "sources",
+        nargs="*",
+        metavar="PATH",
+        help="PDFs and images, folders (walked recursively) and s3://BUCKET/PREFIX of the "
+        "configured bucket (those documents are not uploaded again)",
+    )
+    p.add_argument(
+        "--list",
+        action="append",
+        type=Path,
+        default=[],
+        metavar="FILE",
+        help="a file naming documents, one path or s3:// key a line ('-': standard input)",
+    )
     p.add_argument("--endpoint", required=True, help="the RunPod endpoint id")
     p.add_argument(
         "--pages-per-job",
         type=int,
         default=50,
         help="pages per job (default 50: 8 such jobs keep one worker's engine full, and a "
-        "2,000-page document still spreads over many workers)",
-    )
-    p.add_argument("--prefix", help="where in the bucket (default documents/<name>-<content hash>)")
-    p.add_argument(
-        "--retries", type=int, default=2, help="resubmissions of a job that did not complete"
+        "2,000-page document still spreads over many workers); a smaller document is one job",
     )
     p.add_argument(
-        "--resume",
+        "--max-in-flight",
+        type=int,
+        metavar="N",
+        help="jobs queued or running at RunPod at once (default: from the endpoint's workers "
+        "and the jobs' size, said at the start)",
+    )
+    p.add_argument(
+        "--prefix",
+        help="where in the bucket: one document's folder (default documents/<name>-<content "
+        "hash>), or for a corpus the folder its documents' folders go in (default documents)",
+    )
+    _run_arguments(p)
+
+
+def _run_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--retries",
+        type=int,
+        default=2,
+        help="times a job that did not complete (a worker lost, a time-out) is sent again",
+    )
+    p.add_argument(
+        "--retry-failed",
         action="store_true",
-        help="skip the jobs the document manifest of an earlier run records as complete",
+        help="send again the pages that failed for their own reasons in an earlier run",
     )
-    p.add_argument("--out", type=Path, help="also write document.json and .txt here")
+    p.add_argument("--resume", action="store_true", help=argparse.SUPPRESS)  # always, now
+    p.add_argument(
+        "--out",
+        type=Path,
+        help="also write document.json, .md and .txt here (a folder per document for a "
+        "corpus, with the corpus report)",
+    )
+    p.add_argument(
+        "--report",
+        type=Path,
+        help="the corpus report, one JSON line per document (default: corpus.jsonl in --out, "
+        "or here; for one document, none unless asked)",
+    )
+    p.add_argument(
+        "--gpu-price",
+        type=float,
+        metavar="USD_PER_HOUR",
+        help="what a worker costs an hour (all its GPUs), to price the run's GPU time",
+    )
     p.add_argument("--prompt", help=prompt_help("every job reads its pages with"))
     p.add_argument(
         "--headers-footers",
@@ -47,84 +103,195 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-async def submit_main(settings: Settings, args: argparse.Namespace) -> int:
-    """Run a submission with a progress bar over pages; Ctrl-C cancels the jobs it submitted."""
-    import signal
+class Usage(ValueError):
+    """A command line nothing can be sent for; exit status 2."""
 
-    from tqdm import tqdm
 
-    from ..client.endpoint import EndpointError
-    from ..client.submit import Submission, pdf_page_count
-    from ..contract import format_ranges
-    from ..errors import StorageError
+def check(args: argparse.Namespace) -> None:
+    from ..contract import check_prefix
+    from ..errors import InputError
+    from ..prompts import PRESETS
 
-    if not args.file.is_file():
-        print(f"vlm-ocr submit: no such file: {args.file}", file=sys.stderr)
-        return 2
-    try:
-        total = pdf_page_count(args.file)
-        bar = tqdm(total=total, unit="page", desc=args.file.name)
-        done: set[int] = set()
-
-        def on_page(page: PageReport) -> None:
-            if page.page not in done and page.stored:
-                done.add(page.page)
-                bar.update(1)
-
-        submission = Submission(
-            args.file, settings.bucket, settings.client, options_of(args), on_page=on_page
+    if not args.sources and not args.list:
+        raise Usage("name at least one file, folder, --list FILE or s3:// prefix")
+    for name, low in (("--pages-per-job", 1), ("--max-in-flight", 1), ("--retries", 0)):
+        value = getattr(args, name[2:].replace("-", "_"))
+        if value is not None and value < low:
+            raise Usage(f"{name} {value}: at least {low}")
+    if args.gpu_price is not None and args.gpu_price < 0:
+        raise Usage(f"--gpu-price {args.gpu_price:g}: a price in US$ an hour, at least 0")
+    if args.prompt is not None and args.prompt not in PRESETS:
+        raise Usage(
+            f"--prompt {args.prompt}: no such preset; accepted: {', '.join(sorted(PRESETS))}"
         )
-    except ValueError as exc:
-        print(f"vlm-ocr submit: {exc}", file=sys.stderr)
-        return 2
-    task = asyncio.ensure_future(submission.run())
-    asyncio.get_running_loop().add_signal_handler(signal.SIGINT, task.cancel)
-    try:
-        manifest = await task
-    except asyncio.CancelledError:
-        bar.close()
-        cancelled = await submission.cancel_active()
-        m = submission.manifest
-        stored = sorted(p.page for p in (m.pages if m else []) if p.stored)
-        print(
-            f"interrupted: cancelled {len(cancelled)} job(s); pages stored: "
-            f"{format_ranges(stored) or 'none'}; run again (with --resume) to finish",
-            file=sys.stderr,
-        )
-        return 130
-    except (ValueError, EndpointError, StorageError) as exc:
-        bar.close()
-        print(f"vlm-ocr submit: {exc}", file=sys.stderr)
-        return 1
-    bar.close()
-    print_outcome(args.file, manifest, submission.store.uri)
-    return 0 if manifest.complete else 1
+    if args.prefix is not None:
+        try:
+            check_prefix(args.prefix.strip("/"))
+        except InputError as exc:
+            raise Usage(f"--prefix: {exc.message}") from None
 
 
-def options_of(args: argparse.Namespace) -> Options:
+def prepare(settings: Settings, args: argparse.Namespace) -> CorpusRun:
+    """The run the command line asks for, or Usage / ValueError saying why none can be."""
+    from ..client.corpus import CorpusOptions, CorpusRun
+    from ..client.listing import Corpus, bucket_lister
+
+    check(args)
+    b = settings.bucket
+    corpus = Corpus(args.sources, args.list, b.bucket_name, results_prefix=f"{b.bucket_prefix}/")
+    corpus.check()
+    single = corpus.single_file is not None
+    options = options_of(args, single=single)
+    report = args.report
+    if report is None and not single:
+        report = (args.out or Path(".")) / "corpus.jsonl"
+    run = CorpusRun(
+        corpus,
+        settings,
+        options,
+        CorpusOptions(max_in_flight=args.max_in_flight, report=report, gpu_price=args.gpu_price),
+    )
+    corpus.lister = bucket_lister(run.shared.store.bucket)
+    return run
+
+
+def options_of(args: argparse.Namespace, *, single: bool = True) -> Options:
     from ..client.submit import Options
 
     job_options = {
         k: v for k, v in (("prompt", args.prompt), ("headers_footers", args.headers_footers)) if v
     }
+    prefix = args.prefix.strip("/") if args.prefix else None
     return Options(
         args.endpoint,
         pages_per_job=args.pages_per_job,
-        prefix=args.prefix,
+        prefix=prefix if single else None,
+        base=(prefix or "documents") if not single else "documents",
         retries=args.retries,
-        resume=args.resume,
+        resume=True,
+        retry_failed=args.retry_failed,
         out=args.out,
+        out_folders=not single,
         job_options=job_options or None,
     )
 
 
-def print_outcome(path: Path, manifest: DocumentManifest, uri: Callable[[str], str]) -> None:
-    t = manifest.totals
-    print(
-        f"{path}: {t.pages} pages in {t.jobs} jobs ({t.submissions} submissions): "
-        f"{t.ok} ok, {t.blank} blank, {t.failed} failed, {t.reused} reused; "
-        f"{manifest.wall_s:.1f} s"
+async def submit_main(settings: Settings, args: argparse.Namespace) -> int:
+    from ..client.listing import UsageError
+    from .submit_view import View
+
+    try:
+        run = prepare(settings, args)
+    except (Usage, UsageError, ValueError) as exc:
+        print(f"vlm-ocr submit: {exc}", file=sys.stderr)
+        return 2
+    single = run.corpus.single_file
+    view = View(run.progress, single=single.name if single else None)
+    run.note = view.write
+    with view.showing_logs():
+        code = await _supervised(run, view)
+    if code is not None:
+        return code
+    if single is not None:
+        return _single_outcome(single, run)
+    for line in ["", *run.summary.lines()]:
+        print(line)
+    if run.report.path is not None:
+        print(f"report: {run.report.path}")
+    return run.summary.exit_code
+
+
+async def _supervised(run: CorpusRun, view) -> int | None:  # type: ignore[no-untyped-def]
+    """The run with its display, Ctrl-C and its failures; an exit status when it ends early."""
+    from ..client.endpoint import EndpointError
+    from ..errors import StorageError
+
+    task = asyncio.ensure_future(run.run())
+    drawing = asyncio.ensure_future(view.run())
+    _on_interrupt(task, view.write)
+    try:
+        await task
+    except asyncio.CancelledError:
+        view.close()
+        print(_interrupted(run), file=sys.stderr)
+        return 130
+    except (EndpointError, StorageError) as exc:
+        view.close()
+        started = run.progress.documents_taken > 0
+        print(f"vlm-ocr submit: {exc}", file=sys.stderr)
+        if not started:  # the endpoint or the bucket refused this client: nothing was sent
+            return 1 if getattr(exc, "unreachable", False) else 2
+        for line in run.summary.lines():
+            print(line)
+        return 1
+    finally:
+        drawing.cancel()
+        asyncio.get_running_loop().remove_signal_handler(signal.SIGINT)
+    view.close()
+    return None
+
+
+def _on_interrupt(task: asyncio.Future[object], say: Callable[[str], None]) -> None:
+    """The first Ctrl-C stops the run cleanly (its jobs at RunPod cancelled); a second one
+    leaves at once."""
+
+    def interrupted() -> None:
+        if task.cancelled() or getattr(task, "_stopping", False):
+            say("stopping now; jobs still at RunPod run on (they are in the bucket for a rerun)")
+            os._exit(130)
+        task._stopping = True  # type: ignore[attr-defined]
+        say("stopping: cancelling the jobs at RunPod (Ctrl-C again to leave at once)")
+        task.cancel()
+
+    asyncio.get_running_loop().add_signal_handler(signal.SIGINT, interrupted)
+
+
+def _interrupted(run: CorpusRun) -> str:
+    from ..contract import format_ranges
+
+    cancelled = len(getattr(run, "cancelled", []))
+    if run.corpus.single_file is not None:
+        m = run.last_manifest
+        stored = sorted(p.page for p in (m.pages if m else []) if p.stored)
+        return (
+            f"interrupted: cancelled {cancelled} job(s); pages stored: "
+            f"{format_ranges(stored) or 'none'}; run again to finish (what is stored is kept)"
+        )
+    p = run.progress
+    return (
+        f"interrupted: cancelled {cancelled} job(s); {p.documents['ok']} documents finished, "
+        f"{p.documents_done - p.documents['ok']} not; run again to go on (finished documents "
+        "are skipped)"
     )
+
+
+def _single_outcome(path: Path, run: CorpusRun) -> int:
+    manifest, line = run.last_manifest, run.last_line
+    if line is not None and line.status == "refused":
+        print(f"vlm-ocr submit: {path.name}: {line.error}", file=sys.stderr)
+        return 1
+    if manifest is None:
+        print(f"vlm-ocr submit: {line.error if line else 'nothing was sent'}", file=sys.stderr)
+        return 1
+    print_outcome(path, manifest, run.shared.store.uri, earlier=bool(line and line.earlier))
+    return 0 if manifest.complete else 1
+
+
+def print_outcome(
+    path: Path, manifest: DocumentManifest, uri: Callable[[str], str], *, earlier: bool = False
+) -> None:
+    t = manifest.totals
+    if earlier:
+        print(
+            f"{path}: finished by an earlier run, nothing sent: {t.pages} pages in {t.jobs} "
+            f"jobs: {t.ok} ok, {t.blank} blank, {t.failed} failed"
+        )
+    else:
+        print(
+            f"{path}: {t.pages} pages in {t.jobs} jobs ({t.submissions} submissions): "
+            f"{t.ok} ok, {t.blank} blank, {t.failed} failed, {t.reused} reused; "
+            f"{manifest.wall_s or 0:.1f} s"
+        )
     print(f"manifest: {uri(manifest.manifest_key)}")
     if manifest.text_key:
         print(f"text:     {uri(manifest.text_key)}")

@@ -1,1 +1,2 @@
-"""The client side: a RunPod endpoint's API, and spreading a large PDF over its workers."""
+"""The client side: a RunPod endpoint's API, one document spread over its workers, and a corpus of
+them as one run."""

@@ -1,23 +1,36 @@
 """A client of one RunPod serverless endpoint, over RunPod's documented routes.
 
 `POST {base}/{endpoint}/run`, `GET /status/{job}`, `GET /stream/{job}`, `POST /cancel/{job}`,
-with the API key as a bearer token. The RunPod SDK's `Endpoint` class covers the same routes
-but keeps the key and base URL in module globals and does not back off when RunPod answers 429;
-this client does both per instance, so a fan-out of many jobs stays within the rate limits and
-the base URL can point at a stand-in that speaks the same routes.
+`GET /health` (the endpoint's workers and jobs), with the API key as a bearer token. The RunPod
+SDK's `Endpoint` class covers the same routes but keeps the key and base URL in module globals
+and does not back off when RunPod answers 429; this client does both per instance, so a fan-out
+of many jobs stays within the rate limits and the base URL can point at a stand-in that speaks
+the same routes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import logging
 import random
+import sys
 from typing import Any
 
 import httpx
 
 log = logging.getLogger(__name__)
 logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per poll otherwise; ours say more
+
+# httpcore tries `import sniffio` for each lock it makes (several a request); without sniffio
+# installed each try searches the whole import path again, a fifth of a corpus run's CPU time
+# as measured. Marking it absent once makes each try fail at once, as it would anyway.
+if importlib.util.find_spec("sniffio") is None:
+    sys.modules.setdefault("sniffio", None)  # type: ignore[arg-type]
+
+# Connections to RunPod kept open at once: httpcore looks at each idle one on every request, so a
+# few, reused, cost less than many (hundreds of jobs are asked after over them).
+CONNECTIONS = 16
 
 # Job states RunPod reports; the last four are final.
 FINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMED_OUT"})
@@ -26,7 +39,25 @@ MAX_BACKOFF_S = 30.0
 
 
 class EndpointError(Exception):
-    """The endpoint refused a request or could not be reached; the message names the route."""
+    """The endpoint refused a request or could not be reached; the message names the route.
+    `unreachable`: it did not answer, or kept answering 429 or a gateway error, past every retry
+    (no later request is likely to fare better now)."""
+
+    def __init__(self, message: str, *, unreachable: bool = False) -> None:
+        super().__init__(message)
+        self.unreachable = unreachable
+
+
+# Workers RunPod's /health counts as the endpoint's, by state (`ready` overlaps the others).
+WORKER_STATES = ("idle", "running", "initializing")
+
+
+def worker_count(health: dict[str, Any]) -> int:
+    """The workers an endpoint holds now (idle, running or starting), from its /health."""
+    workers = health.get("workers")
+    if not isinstance(workers, dict):
+        return 0
+    return sum(int(n) for state, n in workers.items() if state in WORKER_STATES and n)
 
 
 class Endpoint:
@@ -45,8 +76,13 @@ class Endpoint:
             raise ValueError("the endpoint id is the short id RunPod shows, without slashes")
         self.base = f"{api_base.rstrip('/')}/{endpoint_id}"
         self.attempts = attempts
+        #: answers backed off from, by HTTP status (0: no answer), for a run's summary
+        self.backoffs: dict[int, int] = {}
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = httpx.AsyncClient(headers=headers, timeout=timeout_s)
+        limits = httpx.Limits(max_connections=CONNECTIONS, max_keepalive_connections=CONNECTIONS)
+        self._http = httpx.AsyncClient(headers=headers, timeout=timeout_s, limits=limits)
+        # requests wait here, not in httpcore's pool, whose every request looks at all waiting
+        self._calls = asyncio.Semaphore(CONNECTIONS)
 
     async def __aenter__(self) -> Endpoint:
         return self
@@ -72,17 +108,25 @@ class Endpoint:
     async def cancel(self, job_id: str) -> dict[str, Any]:
         return await self._call("POST", f"/cancel/{job_id}")
 
+    async def health(self) -> dict[str, Any]:
+        """The endpoint's workers by state and its jobs by state."""
+        return await self._call("GET", "/health")
+
     async def _call(self, method: str, route: str, **kw: Any) -> dict[str, Any]:
         """One request, retried with backoff on 429 (honouring Retry-After), on 5xx gateway
         answers and on connection errors; any other error status is final."""
         delay = 0.5
         for attempt in range(1, self.attempts + 1):
             try:
-                resp = await self._http.request(method, self.base + route, **kw)
+                async with self._calls:
+                    resp = await self._http.request(method, self.base + route, **kw)
             except httpx.TransportError as exc:
                 if attempt == self.attempts:
-                    raise EndpointError(f"{method} {route}: {type(exc).__name__}") from None
+                    raise EndpointError(
+                        f"{method} {route}: {type(exc).__name__}", unreachable=True
+                    ) from None
                 wait = delay
+                self.backoffs[0] = self.backoffs.get(0, 0) + 1
             else:
                 if resp.status_code == 401:
                     raise EndpointError(f"{method} {route}: 401 unauthorized; check RUNPOD_API_KEY")
@@ -93,10 +137,14 @@ class Endpoint:
                         )
                     return resp.json()
                 if attempt == self.attempts:
-                    raise EndpointError(f"{method} {route}: HTTP {resp.status_code} after retries")
+                    raise EndpointError(
+                        f"{method} {route}: HTTP {resp.status_code} after retries", unreachable=True
+                    )
                 wait = _retry_after(resp) or delay
-                log.info("%s %s: HTTP %s; retry in %.1f s", method, route, resp.status_code, wait)
-            await asyncio.sleep(min(wait, MAX_BACKOFF_S) * random.uniform(1.0, 1.25))
+                self.backoffs[resp.status_code] = self.backoffs.get(resp.status_code, 0) + 1
+                log.debug("%s %s: HTTP %s; retry in %.1f s", method, route, resp.status_code, wait)
+            # jitter: the many jobs of a corpus that met the same 429 do not come back together
+            await asyncio.sleep(min(wait, MAX_BACKOFF_S) * random.uniform(1.0, 1.5))
             delay = min(delay * 2, MAX_BACKOFF_S)
         raise AssertionError("unreachable")
 

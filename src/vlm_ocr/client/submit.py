@@ -1,10 +1,10 @@
-"""Spread one large PDF over an endpoint's workers, and put it back together: `vlm-ocr submit`.
+"""Spread one document over an endpoint's workers, and put it back together: `vlm-ocr submit`.
 
-The PDF is uploaded once to the bucket the endpoint reads (the jobs name it by key; it never
-travels inline). Its pages are split into jobs of `pages_per_job`, RunPod's queue spreads them
-over workers, each job's pages stream back as they are stored, and when every job is done the
-client writes a document manifest and the whole text in page order next to the jobs' own
-manifests:
+A local document is uploaded once to the bucket the endpoint reads (the jobs name it by key; it
+never travels inline); one already in the bucket is named by its own key. A PDF's pages are
+split into jobs of `pages_per_job`, RunPod's queue spreads them over workers, each job's pages
+stream back as they are stored, and when every job is done the client writes a document
+manifest and the whole text in page order next to the jobs' own manifests:
 
     {prefix}/source.pdf                 the document, uploaded once (skipped when already there)
     {prefix}/pages-0001-0050/...        one job's pages and manifest (the worker writes them)
@@ -12,30 +12,59 @@ manifests:
     {prefix}/document.md                the pages' texts in order, page breaks marked, to read
     {prefix}/document.txt               the pages' texts in order, each ended by a form feed
 
-Running it again is safe and cheap: a job's output prefix depends only on its page range, so a
-resubmitted job finds its stored pages and the worker reuses them (same pixels, same engine
-fingerprint). A job that failed, timed out or left pages failed is resubmitted up to `retries`
-times; `resume` skips the jobs an earlier run's document manifest records as complete.
+One retry policy: a job that did not complete for a reason outside the document (a worker lost,
+a time-out, the engine or the bucket failing) is sent again, up to `retries` times, for the
+pages it had not stored; a job that completed, or that the worker refused for its input, is
+final, and its failed pages are reported, not sent again (unless `retry_failed`). Running again
+with `resume` (the command always does) goes on from `document.json`: a finished document is
+not sent at all, an unfinished one sends only its missing pages. A resubmitted job finds its
+stored pages and the worker reuses them (same pixels, same engine fingerprint).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import BaseModel, Field
+from typing import Any
 
 from .. import document
-from ..contract import JobResult, PageItem, PageReport, ResultItem, Totals, read_item
+from ..contract import JobResult, PageItem, PageReport, ResultItem, read_item
 from ..settings import BucketSettings, ClientSettings, Settings
 from ..storage import PLAIN_TYPE, TEXT_TYPE, Bucket, ObjectMissing, S3Store, put_json
+from .documents import (
+    CONTENT_TYPES,
+    Facts,
+    Limits,
+    Listed,
+    Refused,
+    file_sha256,
+    folder_of,
+    inspect_file,
+    inspect_object,
+    key_identity,
+    local_identity,
+    pdf_pages,
+)
 from .endpoint import FINAL_STATES, Endpoint, EndpointError
+from .gate import Gate, sleep_poll
+from .manifest import DocumentManifest, DocumentTotals, Part, split_pages
+
+__all__ = [
+    "DocumentManifest",
+    "DocumentTotals",
+    "Options",
+    "Part",
+    "Shared",
+    "Submission",
+    "file_sha256",
+    "pdf_page_count",
+    "split_pages",
+    "submit",
+]
 
 log = logging.getLogger(__name__)
 
@@ -45,127 +74,45 @@ log = logging.getLogger(__name__)
 # Each job reads the source from the bucket once, which is what smaller jobs would multiply.
 DEFAULT_PAGES_PER_JOB = 50
 POLL_S = 2.0
-
-
-class Part(BaseModel):
-    """One job's page range and what became of it."""
-
-    first: int
-    last: int
-    status: Literal["pending", "running", "ok", "partial", "failed", "cancelled"] = "pending"
-    job_ids: list[str] = Field(default_factory=list, description="Every submission, in order.")
-    manifest_key: str | None = None
-    error: str | None = None
-
-    @property
-    def pages(self) -> str:
-        return f"{self.first}-{self.last}"
-
-    def output_prefix(self, prefix: str) -> str:
-        return f"{prefix}/pages-{self.first:04d}-{self.last:04d}"
-
-    def range(self) -> range:
-        return range(self.first, self.last + 1)
-
-
-class DocumentTotals(Totals):
-    """A document's page counts (pages never reported count as failed), and its jobs."""
-
-    jobs: int = 0
-    submissions: int = 0
-
-
-class DocumentManifest(BaseModel):
-    """`document.json`: the document's pages and jobs, rewritten as jobs finish."""
-
-    endpoint: str
-    source_key: str
-    source_sha256: str
-    prefix: str = Field(description="The document's folder, under the bucket's BUCKET_PREFIX.")
-    manifest_key: str
-    page_count: int
-    pages_per_job: int
-    parts: list[Part]
-    pages: list[PageReport] = Field(
-        default_factory=list, description="Every page's report, as its job returned it."
-    )
-    complete: bool = False
-    text_key: str | None = None
-    markdown_key: str | None = Field(None, description="document.md, to read.")
-    totals: DocumentTotals = Field(default_factory=DocumentTotals)
-    wall_s: float | None = None
-
-    def outcome(self, part: Part, pages: list[PageReport]) -> None:
-        """Record a job's page reports (without their texts), replacing what earlier attempts
-        recorded."""
-        by_page = {p.page: p for p in self.pages if not part.first <= p.page <= part.last}
-        for page in pages:
-            by_page[page.page] = page.model_copy(update={"text": None, "url": None})
-        self.pages = [by_page[n] for n in sorted(by_page)]
-
-    def summarise(self) -> None:
-        stored = sum(p.stored for p in self.pages)
-        pages = Totals.of(self.pages)
-        self.totals = DocumentTotals(
-            **pages.model_dump() | {"pages": self.page_count, "failed": self.page_count - stored},
-            jobs=len(self.parts),
-            submissions=sum(len(p.job_ids) for p in self.parts),
-        )
-        self.complete = stored == self.page_count
-
-
-def split_pages(page_count: int, pages_per_job: int) -> list[Part]:
-    if pages_per_job < 1:
-        raise ValueError("--pages-per-job must be at least 1")
-    return [
-        Part(first=first, last=min(first + pages_per_job - 1, page_count))
-        for first in range(1, page_count + 1, pages_per_job)
-    ]
+# How a failed job's error begins when the document caused it, as the worker words it: a field
+# of its input refused (`InputError` names the field) or every page failed on its own
+# (`verdict`). Sending such a job again would fail the same way.
+OWN_FAULT = ("input", "no page could be processed")
+CANCELS_AT_ONCE = 10  # RunPod takes 20 /cancel requests at once, 100 in 10 s
 
 
 def pdf_page_count(path: Path) -> int:
-    import pymupdf
-
-    with pymupdf.open(path) as doc:
-        if not doc.is_pdf:
-            raise ValueError(f"{path.name} is not a PDF")
-        return doc.page_count
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+    try:
+        return pdf_pages(path)
+    except Refused as exc:
+        raise ValueError(f"{path.name}: {exc}") from None
 
 
 @dataclass
 class Options:
     endpoint_id: str
     pages_per_job: int = DEFAULT_PAGES_PER_JOB
-    prefix: str | None = None  # default: documents/<file stem>-<first 12 hex of its sha256>
+    prefix: str | None = None  # default: <base>/<file stem>-<first 12 hex of its sha256>
+    base: str = "documents"
     retries: int = 2
     resume: bool = False
+    retry_failed: bool = False  # send again the pages that failed for their own reasons
     out: Path | None = None
+    out_folders: bool = False  # a folder of `out` per document (a corpus), named as in the bucket
     poll_s: float = POLL_S
     job_options: dict[str, Any] | None = None  # more job input fields, e.g. {"prompt": "legal"}
 
 
 PageEvent = Callable[[PageReport], None]
+StartEvent = Callable[[DocumentManifest], None]
 
 
-class Submission:
-    """One document's run over an endpoint. `await run()`; `cancel()` from a signal handler."""
+class Shared:
+    """What the documents of one run share: one connection pool to the endpoint, one bucket
+    client, the gate on jobs in flight, and every job at RunPod now (to cancel on a stop)."""
 
     def __init__(
-        self,
-        path: Path,
-        bucket: BucketSettings,
-        client: ClientSettings,
-        options: Options,
-        *,
-        on_page: PageEvent | None = None,
+        self, bucket: BucketSettings, client: ClientSettings, options: Options, jobs: Gate
     ) -> None:
         if not bucket.configured:
             raise ValueError(
@@ -173,14 +120,84 @@ class Submission:
                 "BUCKET_ENDPOINT_URL, BUCKET_ACCESS_KEY_ID and BUCKET_SECRET_ACCESS_KEY as the "
                 "endpoint has them"
             )
-        self.path = path
-        self.client = client
+        self.store = S3Store.from_settings(bucket, Bucket.from_settings(bucket))
+        self.client, self.endpoint_id = client, options.endpoint_id
+        self.api = endpoint(client, options.endpoint_id)
+        self.jobs = jobs
+        self.active: dict[str, tuple[Submission, Part]] = {}
+        self.sent = 0
+
+    async def close(self) -> None:
+        await self.api.__aexit__()
+
+    async def cancel_active(
+        self, owner: Submission | None = None, *, attempts: int = 3
+    ) -> list[str]:
+        """Cancel every job of this run (or of one document) at RunPod now, mark their parts
+        and save their documents' manifests; returns the job ids. Its own connection: the run's
+        may be closed by the interruption."""
+        chosen = {k: v for k, v in self.active.items() if owner is None or v[0] is owner}
+        owners = {id(sub): sub for sub, _ in chosen.values()}
+        at_once = asyncio.Semaphore(CANCELS_AT_ONCE)
+
+        async def cancel(api: Endpoint, job_id: str, part: Part) -> None:
+            async with at_once:
+                try:
+                    await api.cancel(job_id)
+                except EndpointError as exc:
+                    log.warning("could not cancel job %s: %s", job_id, exc)
+                part.status = "cancelled"
+
+        async with endpoint(self.client, self.endpoint_id, attempts=attempts) as api:
+            await asyncio.gather(*(cancel(api, k, part) for k, (_, part) in chosen.items()))
+        for sub in owners.values():
+            if sub.manifest is not None:
+                sub.manifest.summarise()
+                await sub.save()
+        return list(chosen)
+
+
+def endpoint(client: ClientSettings, endpoint_id: str, **kw: Any) -> Endpoint:
+    return Endpoint(endpoint_id, client.runpod_api_key, api_base=client.runpod_api_base, **kw)
+
+
+class Submission:
+    """One document's run over an endpoint. `await run()`; `cancel_active()` from a signal
+    handler. In a corpus, many share one `Shared`; alone, it makes its own."""
+
+    def __init__(
+        self,
+        path: Path | Listed,
+        bucket: BucketSettings,
+        client: ClientSettings,
+        options: Options,
+        *,
+        on_page: PageEvent | None = None,
+        on_start: StartEvent | None = None,
+        shared: Shared | None = None,
+        limits: Limits | None = None,
+    ) -> None:
+        self.listed = path if isinstance(path, Listed) else Listed(str(path), path=path)
         self.options = options
         self.on_page = on_page or (lambda page: None)
-        self.store = S3Store.from_settings(bucket, Bucket.from_settings(bucket))
-        self.active: dict[str, Part] = {}  # job id -> part, while RunPod runs it
+        self.on_start = on_start or (lambda manifest: None)
+        self.shared = shared or Shared(bucket, client, options, Gate(0))
+        self._own = shared is None
+        self.limits = limits or Limits.of(Settings())
         self.manifest: DocumentManifest | None = None
+        #: the document was finished by an earlier run: nothing was sent
+        self.skipped = False
+        self.sent = 0  # jobs this run sent for it
+        self._stored: set[int] = set()  # pages told to `on_page` as stored
         self._save_lock = asyncio.Lock()
+
+    @property
+    def path(self) -> Path | None:
+        return self.listed.path
+
+    @property
+    def store(self) -> S3Store:
+        return self.shared.store
 
     @property
     def bucket(self) -> Bucket:
@@ -190,157 +207,262 @@ class Submission:
         return self.store.key_prefix + relative
 
     async def run(self) -> DocumentManifest:
-        t0 = time.perf_counter()
-        opts = self.options
-        page_count = pdf_page_count(self.path)
-        sha = file_sha256(self.path)
-        prefix = (opts.prefix or f"documents/{_slug(self.path.stem)}-{sha[:12]}").strip("/")
-        manifest = await self._previous(prefix) if opts.resume else None
-        if manifest is not None and manifest.source_sha256 != sha:
-            raise ValueError(
-                f"--resume: {prefix}/document.json describes another file "
-                f"(sha256 {manifest.source_sha256[:12]}…); use another --prefix"
-            )
-        if manifest is None:
-            manifest = DocumentManifest(
-                endpoint=opts.endpoint_id,
-                source_key=self.key(f"{prefix}/source.pdf"),
-                source_sha256=sha,
-                prefix=prefix,
-                manifest_key=self.key(f"{prefix}/document.json"),
-                page_count=page_count,
-                pages_per_job=opts.pages_per_job,
-                parts=split_pages(page_count, opts.pages_per_job),
-            )
-        self.manifest = manifest
-        await self._upload(manifest.source_key, sha)
-        todo = [p for p in manifest.parts if p.status != "ok"]
-        for part in manifest.parts:
-            if part.status == "ok":
-                for page in manifest.pages:
-                    if part.first <= page.page <= part.last:
-                        self.on_page(page)
-        async with self._endpoint() as api:
-            await asyncio.gather(*(self._part(api, part) for part in todo))
-        manifest.summarise()
-        if manifest.complete:
-            manifest.text_key, manifest.markdown_key = await self._write_text(manifest)
-        manifest.wall_s = round(time.perf_counter() - t0, 2)
-        await self._save()
-        return manifest
+        try:
+            return await self._run()
+        finally:
+            if self._own:
+                await self.shared.close()
 
     async def cancel_active(self) -> list[str]:
-        """Cancel every job this run has at RunPod now; returns their ids."""
-        ids = list(self.active)
-        async with self._endpoint(attempts=2) as api:
-            for job_id in ids:
-                try:
-                    await api.cancel(job_id)
-                except EndpointError as exc:
-                    log.warning("could not cancel job %s: %s", job_id, exc)
-                self.active[job_id].status = "cancelled"
-        if self.manifest is not None:
+        """Cancel every job this document has at RunPod now; returns their ids."""
+        ids = await self.shared.cancel_active(self)
+        if self.manifest is not None and not ids:
             self.manifest.summarise()
-            await self._save()
+            await self.save()
         return ids
 
-    def _endpoint(self, **kw: Any) -> Endpoint:
-        return Endpoint(
-            self.options.endpoint_id,
-            self.client.runpod_api_key,
-            api_base=self.client.runpod_api_base,
-            **kw,
+    # --- the document -----------------------------------------------------------------------
+
+    async def _run(self) -> DocumentManifest:
+        t0 = time.perf_counter()
+        identity = await self._identify()
+        prefix = (self.options.prefix or folder_of(self.options.base, self.listed, identity)).strip(
+            "/"
         )
+        manifest = await self._previous(prefix, identity) if self.options.resume else None
+        if manifest is not None and manifest.finished:
+            self.manifest, self.skipped = manifest, True
+            for page in manifest.pages:
+                self._tell(page)
+            return manifest
+        facts = await self._inspect(identity)
+        manifest = manifest or self._new(prefix, facts)
+        self.manifest = manifest
+        self.on_start(manifest)
+        await self._upload(manifest, identity)
+        for page in manifest.pages:
+            self._tell(page)
+        todo = [p for p in manifest.parts if not p.settled]
+        await asyncio.gather(*(self._part(part) for part in todo))
+        manifest.summarise()
+        try:
+            if manifest.finished and manifest.totals.failed < manifest.page_count:
+                manifest.text_key, manifest.markdown_key = await self._write_text(manifest)
+        finally:  # what the jobs did is recorded even if the whole text could not be written
+            manifest.wall_s = round(time.perf_counter() - t0, 2)
+            await self.save()
+        return manifest
+
+    async def _identify(self) -> str:
+        """A local file's sha256 (within the size limit), or an object's key hash."""
+        if self.listed.problem:
+            raise Refused(self.listed.problem)
+        if self.listed.path is not None:
+            return await asyncio.to_thread(local_identity, self.listed, self.limits)
+        key = self.listed.key
+        assert key is not None
+        if self.listed.etag is None:  # named by the user, not listed: its size and version
+            try:
+                head = await self.bucket.call("HEAD", key, self.bucket.client.head_object)
+            except ObjectMissing:
+                raise Refused(f"no object {key!r} in bucket {self.bucket.name!r}") from None
+            size, etag = int(head.get("ContentLength") or 0), str(head.get("ETag") or "")
+            self.listed = replace(self.listed, size=size, etag=etag)
+        return key_identity(key)
+
+    async def _inspect(self, identity: str) -> Facts:
+        listed = self.listed
+        if listed.path is not None:
+            kind = listed.kind or "pdf"  # local_identity refused any other
+            pages = await asyncio.to_thread(inspect_file, listed.path, kind, self.limits)
+            return Facts(kind, pages, sha256=identity)
+        return await inspect_object(self.bucket, listed, self.limits)
+
+    def _new(self, prefix: str, facts: Facts) -> DocumentManifest:
+        listed, opts = self.listed, self.options
+        if listed.path is not None:
+            suffix = listed.path.suffix.lower() if facts.kind == "image" else ".pdf"
+            source_key = self.key(f"{prefix}/source{suffix}")
+        else:
+            assert listed.key is not None
+            source_key = listed.key
+        return DocumentManifest(
+            endpoint=opts.endpoint_id,
+            source_key=source_key,
+            source_sha256=facts.sha256,
+            source_etag=facts.etag,
+            source=listed.source,
+            kind=facts.kind,
+            prefix=prefix,
+            manifest_key=self.key(f"{prefix}/document.json"),
+            page_count=facts.page_count,
+            pages_per_job=opts.pages_per_job,
+            job_options=opts.job_options or {},
+            parts=split_pages(facts.page_count, opts.pages_per_job),
+        )
+
+    async def _previous(self, prefix: str, identity: str) -> DocumentManifest | None:
+        """What an earlier run recorded for this document, to go on from; None to start anew
+        (nothing recorded, another version of the object, other job options)."""
+        try:
+            text = await self.store.read_text(self.key(f"{prefix}/document.json"))
+        except ObjectMissing:
+            return None
+        manifest = DocumentManifest.model_validate_json(text)
+        if self.listed.path is not None and manifest.source_sha256 not in (None, identity):
+            raise ValueError(
+                f"{prefix}/document.json describes another file "
+                f"(sha256 {(manifest.source_sha256 or '')[:12]}…); use another --prefix"
+            )
+        if self.listed.key is not None and manifest.source_key != self.listed.key:
+            raise ValueError(f"{prefix}/document.json describes another object")
+        if manifest.job_options != (self.options.job_options or {}):
+            return None  # read with other options: every page again
+        if self.listed.key is not None and self.listed.etag not in (None, manifest.source_etag):
+            return None  # the object changed since
+        for part in manifest.parts:
+            if not part.settled and not manifest.missing(part):
+                part.status = "ok"  # every page stored; the run stopped before its job's end
+            if self.options.retry_failed and part.status != "ok":
+                part.final = False
+            if not part.settled:
+                part.status = "pending"
+        return manifest
 
     # --- one job ----------------------------------------------------------------------------
 
-    async def _part(self, api: Endpoint, part: Part) -> None:
+    def _job_input(self, part: Part) -> dict[str, Any]:
         assert self.manifest is not None
-        job_input = {
+        m = self.manifest
+        source = (
+            {"images": [{"key": m.source_key}]}
+            if m.kind == "image"
+            else {
+                "pdf": {"key": m.source_key},
+                "pages": m.selection(part),
+            }
+        )
+        return {
             **(self.options.job_options or {}),
-            "pdf": {"key": self.manifest.source_key},
-            "pages": part.pages,
-            "output_prefix": part.output_prefix(self.manifest.prefix),
+            **source,
+            "output_prefix": part.output_prefix(m.prefix),
         }
-        for _attempt in range(self.options.retries + 1):
-            part.status, part.error = "running", None
-            job_id = await api.run(job_input)
-            part.job_ids.append(job_id)
-            self.active[job_id] = part
-            await self._save()
-            log.info("job %s submitted: pages %s", job_id, part.pages)
-            state, output, error = await self._follow(api, job_id)
-            self.active.pop(job_id, None)  # kept on cancellation: cancel_active() needs it
+
+    async def _part(self, part: Part) -> None:
+        assert self.manifest is not None
+        for attempt in range(self.options.retries + 1):
+            async with self.shared.jobs:  # a slot: the job is queued or running at RunPod
+                job_id, state, output, error = await self._submit(part)
             result, ended_with = _ending(output)
             if result is not None:
                 part.manifest_key = result.manifest_key
                 self.manifest.outcome(part, result.pages)
+                for page in result.pages:
+                    self._tell(page)
                 part.status = "ok" if result.status == "ok" else "partial"
-                part.error = result.error
+                part.error, part.final = result.error, True
             else:
-                part.status = "failed"
                 part.error = error or ended_with or f"the job ended {state}"
-            await self._save()
-            if part.status == "ok":
+                # every page stored (only its manifest was not): nothing is left to send
+                part.status = "failed" if self.manifest.missing(part) else "ok"
+                part.final = part.error.startswith(OWN_FAULT)
+            if not part.settled or not self.manifest.finished:
+                await self.save()  # (the document's last part: saved once, with its text)
+            if part.settled:
                 return
-            log.warning("job %s (pages %s): %s; resubmitting", job_id, part.pages, part.error)
+            if attempt < self.options.retries:
+                log.warning(
+                    "job %s (pages %s): %s; sending it again", job_id, part.pages, part.error
+                )
 
-    async def _follow(self, api: Endpoint, job_id: str) -> tuple[str, Any, str | None]:
+    async def _submit(self, part: Part) -> tuple[str, str, Any, str | None]:
+        """Queue one job of the part and follow it to its end."""
+        assert self.manifest is not None
+        job_input = self._job_input(part)
+        part.status, part.error = "running", None
+        job_id = await self.shared.api.run(job_input)
+        self.shared.sent += 1
+        self.sent += 1
+        part.job_ids.append(job_id)
+        self.shared.active[job_id] = (self, part)
+        await self.save()
+        log.debug("job %s submitted: %s pages %s", job_id, self.manifest.prefix, part.pages)
+        state, output, error = await self._follow(job_id)
+        self.shared.active.pop(job_id, None)  # kept on cancellation: cancel_active() needs it
+        return job_id, state, output, error
+
+    async def _follow(self, job_id: str) -> tuple[str, Any, str | None]:
         """Read the job's stream until it ends; returns (state, output, error)."""
+        assert self.manifest is not None
         seen: set[int] = set()
+        api = self.shared.api
         while True:
             body = await api.stream(job_id)
             for raw in body.get("stream") or []:
                 item = read_item(raw.get("output") if isinstance(raw, dict) else None)
                 if isinstance(item, PageItem) and item.page.page not in seen:
                     seen.add(item.page.page)
-                    self.on_page(item.page)
+                    self.manifest.record(item.page)
+                    self._tell(item.page)
             state = body.get("status", "")
             if state in FINAL_STATES:
                 break
-            await asyncio.sleep(self.options.poll_s)
+            queued = state == "IN_QUEUE"
+            await sleep_poll(self.options.poll_s, len(self.shared.active), queued=queued)
         final = await api.status(job_id)
         return final.get("status", state), final.get("output"), final.get("error")
 
+    def _tell(self, page: PageReport) -> None:
+        """`on_page`, once for each page stored (as it streams, or from a result or an earlier
+        run), and for each failure as it comes."""
+        if page.stored and page.page in self._stored:
+            return
+        if page.stored:
+            self._stored.add(page.page)
+        self.on_page(page)
+
     # --- the bucket -------------------------------------------------------------------------
 
-    async def _upload(self, key: str, sha: str) -> None:
+    async def _upload(self, manifest: DocumentManifest, sha: str) -> None:
+        """A local document, uploaded unless the bucket has it already."""
+        path = self.listed.path
+        if path is None:
+            return
+        key = manifest.source_key
         try:
             head = await self.bucket.call("HEAD", key, self.bucket.client.head_object)
             if (head.get("Metadata") or {}).get("sha256") == sha:
-                log.info("source already in the bucket: %s", self.store.uri(key))
+                log.debug("source already in the bucket: %s", self.store.uri(key))
                 return
         except ObjectMissing:
             pass
-        log.info("uploading %s to %s", self.path.name, self.store.uri(key))
+        log.debug("uploading %s to %s", path.name, self.store.uri(key))
+        kind = CONTENT_TYPES.get(path.suffix.lower(), "application/pdf")
         await self.bucket.run(
             lambda: self.bucket.client.upload_file(
-                str(self.path),
+                str(path),
                 self.bucket.name,
                 key,
-                ExtraArgs={"ContentType": "application/pdf", "Metadata": {"sha256": sha}},
+                ExtraArgs={"ContentType": kind, "Metadata": {"sha256": sha}},
             )
         )
 
-    async def _previous(self, prefix: str) -> DocumentManifest | None:
-        try:
-            text = await self.store.read_text(self.key(f"{prefix}/document.json"))
-        except ObjectMissing:
-            return None
-        manifest = DocumentManifest.model_validate_json(text)
-        for part in manifest.parts:
-            if part.status != "ok":
-                part.status = "pending"
-        return manifest
+    @property
+    def out(self) -> Path | None:
+        """Where the document's files also go on this machine, if anywhere."""
+        out = self.options.out
+        if out is None or not self.options.out_folders or self.manifest is None:
+            return out
+        return out / self.manifest.prefix.rsplit("/", 1)[-1]
 
-    async def _save(self) -> None:
+    async def save(self) -> None:
         assert self.manifest is not None
         async with self._save_lock:
             doc = self.manifest.model_dump(mode="json")
             await put_json(self.store, self.manifest.manifest_key, doc)
-            if self.options.out is not None:
-                self.options.out.mkdir(parents=True, exist_ok=True)
-                (self.options.out / "document.json").write_bytes(
+            if self.out is not None:
+                self.out.mkdir(parents=True, exist_ok=True)
+                (self.out / "document.json").write_bytes(
                     (self.manifest.model_dump_json(indent=2) + "\n").encode()
                 )
 
@@ -354,9 +476,9 @@ class Submission:
             await self.store.put(
                 self.key(f"{manifest.prefix}/document.{suffix}"), body.encode(), kinds[suffix]
             )
-            if self.options.out is not None:
-                self.options.out.mkdir(parents=True, exist_ok=True)
-                (self.options.out / f"document.{suffix}").write_text(body, encoding="utf-8")
+            if self.out is not None:
+                self.out.mkdir(parents=True, exist_ok=True)
+                (self.out / f"document.{suffix}").write_text(body, encoding="utf-8")
         return self.key(f"{manifest.prefix}/document.txt"), self.key(
             f"{manifest.prefix}/document.md"
         )
@@ -373,11 +495,6 @@ def _ending(output: Any) -> tuple[JobResult | None, str | None]:
     return None, last.error if last is not None and not isinstance(last, PageItem) else None
 
 
-def _slug(stem: str) -> str:
-    kept = "".join(c if c.isalnum() or c in "-_" else "-" for c in stem)
-    return kept.strip("-")[:60] or "document"
-
-
 def submit(
     path: Path, endpoint_id: str, *, settings: Settings | None = None, **options: Any
 ) -> DocumentManifest:
@@ -386,5 +503,11 @@ def submit(
     import os
 
     settings = settings or Settings.from_env(os.environ)
-    run = Submission(path, settings.bucket, settings.client, Options(endpoint_id, **options))
+    run = Submission(
+        path,
+        settings.bucket,
+        settings.client,
+        Options(endpoint_id, **options),
+        limits=Limits.of(settings),
+    )
     return asyncio.run(run.run())

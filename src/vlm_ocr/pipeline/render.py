@@ -19,14 +19,12 @@ import pymupdf
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from ..errors import PageError
-from ..images import Budget, PageImage
+from ..images import ACCEPTED_IMAGE_FORMATS, IMAGE_SUFFIXES, Budget, PageImage
 
 # Our own limit (MAX_IMAGE_PIXELS) is checked before decoding; Pillow's warning would duplicate it.
 Image.MAX_IMAGE_PIXELS = None
 MAX_PDF_ZOOM = 600 / 72  # never render a small PDF page above 600 dpi
 MAX_ASPECT = 50  # longer side / shorter side: a thinner strip is no page a model can read
-ACCEPTED_IMAGE_FORMATS = {"PNG", "JPEG", "WEBP", "TIFF", "MPO"}
-IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".webp", ".tif", ".tiff"}
 _OPEN_DOCS = 4  # PDFs kept open per process (pages of one job tend to come together)
 
 

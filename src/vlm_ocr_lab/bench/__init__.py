@@ -1,6 +1,7 @@
 """`vlm-ocr-lab bench`: its arguments, and which benchmark they pick: the pipeline's pages/s and
 time per stage (`bench`), the worker's peak memory (`bench --memory`), what page structure costs
-(`layout_bench`), or a document spread over local workers (`fanout_bench`)."""
+(`layout_bench`), a document spread over local workers (`fanout_bench`), or a corpus
+stopped and run again (`corpus`)."""
 
 from __future__ import annotations
 
@@ -119,9 +120,24 @@ def _other_benchmarks(p: argparse.ArgumentParser) -> None:
         help="one document as one job on one worker, then spread over --workers local workers "
         "behind a stand-in for RunPod's endpoint (needs moto)",
     )
-    p.add_argument("--workers", type=int, default=2, help="workers for --fanout (default 2)")
+    p.add_argument(
+        "--workers", type=int, default=2, help="workers for --fanout and --corpus (default 2)"
+    )
     p.add_argument(
         "--pages-per-job", type=int, default=10, help="job size for --fanout (default 10)"
+    )
+    p.add_argument(
+        "--corpus",
+        action="store_true",
+        help="vlm-ocr submit over --documents small documents on --workers local workers, "
+        "stopped half-way and run again, then the client alone over --listing documents "
+        "(needs moto)",
+    )
+    p.add_argument(
+        "--documents", type=int, default=200, help="documents for --corpus (default 200)"
+    )
+    p.add_argument(
+        "--listing", type=int, default=5000, help="documents of --corpus's listing (default 5000)"
     )
     p.add_argument(
         "--layout",
@@ -165,6 +181,12 @@ def bench_command(settings: Settings, args: argparse.Namespace) -> int:
         from vlm_ocr_lab.bench.layout import layout_main
 
         return asyncio.run(layout_main(settings, args.pages or 24))
+    if args.corpus:
+        from vlm_ocr_lab.bench.corpus import corpus_main
+
+        return corpus_main(
+            settings, documents=args.documents, listing=args.listing, workers=args.workers
+        )
     if args.fanout:
         from vlm_ocr_lab.bench.fanout import fanout_main
 

@@ -1,11 +1,17 @@
 """A stand-in for a RunPod endpoint on loopback, for the tests and `vlm-ocr-lab bench --fanout`.
 
 RunPod's client routes (`POST /v2/{endpoint}/run`, `GET /status/{id}`, `GET /stream/{id}`,
-`POST /cancel/{id}`, a bearer key) in front of worker processes served by the RunPod SDK's local
-API server (`handler.py --rp_serve_api`). The queue stands in for RunPod's: each worker takes one
-job at a time through its `/runsync`. That server hands a streaming handler's items over when the
-job ends, so `/stream` gets a job's page items in one batch, in completion order, then the state.
-A worker that dies with a job fails that job (`worker lost`) and takes no more.
+`POST /cancel/{id}`, `GET /health`, a bearer key) in front of worker processes served by the
+RunPod SDK's local API server (`handler.py --rp_serve_api`). The queue stands in for RunPod's:
+each worker takes one job at a time through its `/runsync`. That server hands a streaming
+handler's items over when the job ends, so `/stream` gets a job's page items in one batch, in
+completion order, then the state. A worker that dies with a job fails that job (`worker lost`)
+and takes no more. A job cancelled while a worker runs it stays cancelled, but what the worker
+did is kept (`Job.items`): the worker cannot be stopped half-way here, and what it stored counts.
+
+It can answer as RunPod does when it is busy: `throttle` of the /run calls with 429 (with
+Retry-After), `gateway` of the /stream calls with 502, each counted in `throttled`, `gatewayed`.
+`wait_for(test)` waits until the jobs satisfy a test (for a test or a benchmark to act on).
 """
 
 from __future__ import annotations
@@ -45,11 +51,15 @@ class Job:
 
 
 class Router:
-    def __init__(self, workers: list[str], *, throttle: int = 0) -> None:
+    def __init__(self, workers: list[str], *, throttle: int = 0, gateway: int = 0) -> None:
         self.workers = list(workers)
         self.throttle = throttle  # answer the first N /run calls with 429
         self.throttled = 0
+        self.gateway = gateway  # answer the first N /stream calls with 502
+        self.gatewayed = 0
+        self.busy: set[str] = set()  # workers running a job now
         self.jobs: dict[str, Job] = {}
+        self._changed = threading.Condition()
         self._ids = itertools.count(1)
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
@@ -67,6 +77,7 @@ class Router:
                 web.get("/v2/{endpoint}/status/{id}", self._status),
                 web.get("/v2/{endpoint}/stream/{id}", self._stream),
                 web.post("/v2/{endpoint}/cancel/{id}", self._cancel),
+                web.get("/v2/{endpoint}/health", self._health),
             ]
         )
         self._runner = web.AppRunner(app, access_log=None)
@@ -92,7 +103,9 @@ class Router:
             )
         body = await request.json()
         job = Job(id=f"job-{next(self._ids)}", input=body["input"])
-        self.jobs[job.id] = job
+        with self._changed:  # the jobs are read by wait_for's test, in another thread
+            self.jobs[job.id] = job
+            self._changed.notify_all()
         self.queue.put_nowait(job)
         return web.json_response({"id": job.id, "status": job.state})
 
@@ -106,6 +119,9 @@ class Router:
         return web.json_response(body)
 
     async def _stream(self, request: web.Request) -> web.Response:
+        if self.gatewayed < self.gateway:
+            self.gatewayed += 1
+            return web.Response(status=502, text="bad gateway")
         job = self.jobs[request.match_info["id"]]
         new = job.items[job.served :]
         job.served = len(job.items)
@@ -117,7 +133,36 @@ class Router:
         job = self.jobs[request.match_info["id"]]
         if job.state in ("IN_QUEUE", "IN_PROGRESS"):
             job.state = "CANCELLED"
+        self._notify()
         return web.json_response({"id": job.id, "status": job.state})
+
+    async def _health(self, request: web.Request) -> web.Response:
+        states = [job.state for job in self.jobs.values()]
+        alive = [
+            url for url, task in zip(self.workers, self._serving, strict=True) if not task.done()
+        ]
+        running = len(self.busy & set(alive))
+        return web.json_response(
+            {
+                "jobs": {
+                    "completed": states.count("COMPLETED"),
+                    "failed": states.count("FAILED"),
+                    "inProgress": states.count("IN_PROGRESS"),
+                    "inQueue": states.count("IN_QUEUE"),
+                    "retried": 0,
+                },
+                "workers": {"idle": len(alive) - running, "running": running},
+            }
+        )
+
+    def _notify(self) -> None:
+        with self._changed:
+            self._changed.notify_all()
+
+    def wait_for(self, test: Any, timeout_s: float) -> bool:
+        """Until `test(jobs)` holds (checked at each change of a job), or False at the timeout."""
+        with self._changed:
+            return self._changed.wait_for(lambda: test(list(self.jobs.values())), timeout_s)
 
     # --- the queue --------------------------------------------------------------------------
 
@@ -128,25 +173,38 @@ class Router:
             if job.state == "CANCELLED":
                 continue
             job.state, job.worker = "IN_PROGRESS", url
+            self.busy.add(url)
+            self._notify()
             try:
                 async with self._session.post(url + "/runsync", json={"input": job.input}) as r:
                     body = await r.json()
             except (TimeoutError, aiohttp.ClientError) as exc:
                 if job.state != "CANCELLED":
                     job.state, job.error = "FAILED", f"worker lost ({type(exc).__name__})"
+                self._notify()
                 return  # a dead worker takes no more jobs
-            if job.state == "CANCELLED":
-                continue
-            output = body.get("output")
-            if isinstance(output, list):
-                job.items = output[:-1]
-                last = output[-1] if output else {}
-                if isinstance(last, dict) and last.get("error"):
+            finally:
+                self.busy.discard(url)
+            self._ended(job, body)
+            self._notify()
+
+    @staticmethod
+    def _ended(job: Job, body: dict[str, Any]) -> None:
+        """A job's end as RunPod reports it: its items, and its state (kept if cancelled)."""
+        output = body.get("output")
+        cancelled = job.state == "CANCELLED"
+        if isinstance(output, list):
+            job.items = output[:-1]
+            last = output[-1] if output else {}
+            if isinstance(last, dict) and last.get("error"):
+                if not cancelled:
                     job.state, job.error = "FAILED", str(last["error"])  # as RunPod does
-                    continue
-            job.output = output
-            job.state = "COMPLETED" if body.get("status") == "COMPLETED" else "FAILED"
-            job.error = body.get("error")
+                return
+        if cancelled:
+            return
+        job.output = output
+        job.state = "COMPLETED" if body.get("status") == "COMPLETED" else "FAILED"
+        job.error = body.get("error")
 
     def stop(self) -> None:
         async def close() -> None:

@@ -1,0 +1,218 @@
+"""What one document of a submission is: a local file or an object already in the bucket, told
+by its content (a file's sha256) or its key, and checked before any job is sent with the limits a
+job has, so a broken or oversized document is refused with the worker's own words and costs no
+GPU time.
+
+The checks read headers and page counts only: a PDF is opened (PyMuPDF reads its page tree), an
+image's header is read (no pixels are decoded). An object in the bucket is read by the client
+only when it is a PDF (streamed to a temporary file, to count and check its pages, then
+deleted); it is never uploaded again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from ..images import ACCEPTED_IMAGE_FORMATS, IMAGE_SUFFIXES
+from ..settings import Settings
+from ..storage import Bucket, BucketInputs, ObjectTooLarge
+
+Kind = Literal["pdf", "image"]
+DOCUMENT_SUFFIXES = frozenset({".pdf"} | IMAGE_SUFFIXES)
+CONTENT_TYPES = {
+    ".pdf": "application/pdf",
+    ".png": "image/png",
+    ".jpg": "image/jpeg",
+    ".jpeg": "image/jpeg",
+    ".webp": "image/webp",
+    ".tif": "image/tiff",
+    ".tiff": "image/tiff",
+}
+
+
+class Refused(ValueError):
+    """The document cannot be sent as it is; the message says why, as a job would."""
+
+
+def kind_of(name: str) -> Kind | None:
+    suffix = Path(name).suffix.lower()
+    if suffix == ".pdf":
+        return "pdf"
+    return "image" if suffix in IMAGE_SUFFIXES else None
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The limits a job has that a document can be held to before it is sent."""
+
+    max_bytes: int
+    max_image_pixels: int
+
+    @classmethod
+    def of(cls, settings: Settings) -> Limits:
+        return cls(settings.fetch.max_download_bytes, settings.render.max_image_pixels)
+
+
+@dataclass(frozen=True)
+class Listed:
+    """One document as a listing found it: a local file, or an object in the bucket (`key`,
+    with its size and ETag when the listing gave them). `problem`: named, but nothing to send
+    (a path that does not exist)."""
+
+    source: str
+    path: Path | None = None
+    key: str | None = None
+    size: int | None = None
+    etag: str | None = None
+    problem: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.path.name if self.path is not None else Path(self.key or self.source).name
+
+    @property
+    def kind(self) -> Kind | None:
+        return kind_of(self.name)
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the checks found: what kind of document, how many pages, and its identity."""
+
+    kind: Kind
+    page_count: int
+    sha256: str | None = None
+    etag: str | None = None
+
+    @property
+    def suffix(self) -> str:
+        return ".pdf" if self.kind == "pdf" else ""
+
+
+def check_size(size: int, limits: Limits, what: str) -> None:
+    if size == 0:
+        raise Refused(f"{what} is empty")
+    if size > limits.max_bytes:
+        raise Refused(
+            f"{what} is {size / 1e6:.3g} MB, over the {limits.max_bytes / 1e6:g} MB limit "
+            "(MAX_DOWNLOAD_BYTES)"
+        )
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def local_identity(listed: Listed, limits: Limits) -> str:
+    """A local file's sha256, once its size is within the limit (it reads the file once)."""
+    assert listed.path is not None
+    try:
+        size = listed.path.stat().st_size
+    except OSError as exc:
+        raise Refused(f"cannot read the file ({exc.strerror})") from None
+    if listed.kind is None:
+        raise Refused("not a PDF or an image; accepted: " + ", ".join(sorted(DOCUMENT_SUFFIXES)))
+    check_size(size, limits, "the file")
+    return file_sha256(listed.path)
+
+
+def pdf_pages(path: Path) -> int:
+    """The PDF's page count, or Refused in the words the worker would use."""
+    import pymupdf
+
+    with path.open("rb") as fh:
+        head = fh.read(1024)
+    if not head.lstrip()[:5].startswith(b"%PDF"):
+        raise Refused("the data is not a PDF (it does not start with %PDF)")
+    try:
+        doc = pymupdf.open(path, filetype="pdf")
+    except Exception:
+        raise Refused("the PDF is corrupt or truncated and cannot be opened") from None
+    with doc:
+        if doc.needs_pass:
+            raise Refused("the PDF is encrypted with a password; send an unencrypted copy")
+        if doc.page_count == 0:
+            raise Refused("the PDF has no pages")
+        return doc.page_count
+
+
+def check_image(path: Path, limits: Limits) -> None:
+    """The image's header, as the worker checks it before decoding."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            img = Image.open(path)
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError):
+        raise Refused(
+            "the data is not an image Pillow can read; accepted: PNG, JPEG, WebP, TIFF"
+        ) from None
+    with img:
+        if img.format not in ACCEPTED_IMAGE_FORMATS:
+            raise Refused(f"{img.format} images are not accepted; accepted: PNG, JPEG, WebP, TIFF")
+        pixels = img.width * img.height
+        if pixels > limits.max_image_pixels:
+            raise Refused(
+                f"the image is {img.width}×{img.height} = {pixels / 1e6:.0f} MP, over the "
+                f"{limits.max_image_pixels / 1e6:g} MP limit (MAX_IMAGE_PIXELS)"
+            )
+
+
+def inspect_file(path: Path, kind: Kind, limits: Limits) -> int:
+    """Pages of a local document that passed its checks (an image is one page)."""
+    if kind == "pdf":
+        return pdf_pages(path)
+    check_image(path, limits)
+    return 1
+
+
+async def inspect_object(bucket: Bucket, listed: Listed, limits: Limits) -> Facts:
+    """An object in the bucket: its size from HEAD (unless listed), and for a PDF its pages,
+    read from a temporary copy (an image is checked by the worker that reads it)."""
+    assert listed.key is not None
+    kind = listed.kind
+    if kind is None:
+        raise Refused("not a PDF or an image; accepted: " + ", ".join(sorted(DOCUMENT_SUFFIXES)))
+    size, etag = listed.size, listed.etag
+    if size is None or etag is None:
+        head: dict[str, Any] = await bucket.call("HEAD", listed.key, bucket.client.head_object)
+        size, etag = int(head.get("ContentLength") or 0), str(head.get("ETag") or "")
+    check_size(size, limits, "the object")
+    if kind == "image":
+        return Facts("image", 1, etag=etag)
+    with tempfile.TemporaryDirectory(prefix="vlm-ocr-submit-") as tmp:
+        path = Path(tmp) / "document.pdf"
+        with path.open("wb") as out:
+            try:
+                await BucketInputs(bucket).fetch(listed.key, out, limits.max_bytes)
+            except ObjectTooLarge as exc:
+                raise Refused(f"{exc}, over the limit (MAX_DOWNLOAD_BYTES)") from None
+        pages = await bucket.run(pdf_pages, path)
+        sha = await bucket.run(file_sha256, path)
+    return Facts("pdf", pages, sha256=sha, etag=etag)
+
+
+def slug(stem: str) -> str:
+    kept = "".join(c if c.isalnum() or c in "-_" else "-" for c in stem)
+    return kept.strip("-")[:60] or "document"
+
+
+def folder_of(base: str, listed: Listed, identity: str) -> str:
+    """A document's folder: `<base>/<name>-<12 hex of its identity>` (a local file's content
+    hash, an object's key hash), so the same document always lands in the same place."""
+    stem = Path(listed.name).stem
+    return f"{base.strip('/')}/{slug(stem)}-{identity[:12]}"
+
+
+def key_identity(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()

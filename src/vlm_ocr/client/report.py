@@ -1,0 +1,209 @@
+"""The corpus report: `corpus.jsonl`, one line per document as it finishes (what it was, what
+became of it, where its results are, what this run spent on it), and the summary at the end
+(documents and pages by outcome, jobs, time, and the endpoint's worker-hours and their cost).
+
+A line's `status`:
+    ok          every page stored (its text, or blank)
+    partial     pages failed for their own reasons (a broken page); the others are stored
+    failed      no page could be stored, for the document's own reasons
+    refused     not sent: the document breaks a limit a job has, or is no document at all
+    unfinished  jobs did not complete (a worker lost, the endpoint out of reach, an
+                interruption): running the same command again goes on with its missing pages
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Literal
+
+from pydantic import BaseModel, Field
+
+from .manifest import DocumentManifest
+
+Status = Literal["ok", "partial", "failed", "refused", "unfinished"]
+STATUSES: tuple[Status, ...] = ("ok", "partial", "failed", "refused", "unfinished")
+
+
+class DocumentLine(BaseModel):
+    """One line of corpus.jsonl."""
+
+    source: str = Field(description="The file or s3:// key as listed.")
+    status: Status
+    pages: int = 0
+    ok: int = 0
+    blank: int = 0
+    failed: int = 0
+    prefix: str | None = Field(None, description="The document's folder in the bucket.")
+    keys: dict[str, str] = Field(
+        default_factory=dict, description="document.json, document.md, document.txt, source."
+    )
+    jobs: int = Field(0, description="Jobs this run sent for it.")
+    earlier: bool = Field(False, description="Finished by an earlier run: nothing was sent.")
+    seconds: float = Field(0.0, description="This run's time on it, from listing to its end.")
+    error: str | None = None
+
+    @classmethod
+    def refused(cls, source: str, error: str, seconds: float) -> DocumentLine:
+        return cls(source=source, status="refused", error=error, seconds=round(seconds, 2))
+
+    @classmethod
+    def of(
+        cls, manifest: DocumentManifest, *, earlier: bool, jobs: int, seconds: float, error=None
+    ) -> DocumentLine:
+        t = manifest.totals
+        keys = {"document_json": manifest.manifest_key, "source": manifest.source_key}
+        if manifest.markdown_key:
+            keys["document_md"] = manifest.markdown_key
+        if manifest.text_key:
+            keys["document_txt"] = manifest.text_key
+        return cls(
+            source=manifest.source or manifest.source_key,
+            status=status_of(manifest),
+            pages=manifest.page_count,
+            ok=t.ok,
+            blank=t.blank,
+            failed=t.failed,
+            prefix=manifest.prefix,
+            keys=keys,
+            jobs=jobs,
+            earlier=earlier,
+            seconds=round(seconds, 2),
+            error=error or first_error(manifest),
+        )
+
+
+def status_of(manifest: DocumentManifest) -> Status:
+    if manifest.complete:
+        return "ok"
+    if not manifest.finished:
+        return "unfinished"
+    return "partial" if manifest.totals.failed < manifest.page_count else "failed"
+
+
+def first_error(manifest: DocumentManifest) -> str | None:
+    """What a reader should see first of a document that is not ok: a job's error, else the
+    first failed page's."""
+    if manifest.complete:
+        return None
+    for part in manifest.parts:
+        if part.error and part.status != "ok":
+            return f"pages {part.pages}: {part.error}"[:500]
+    for page in manifest.pages:
+        if not page.stored and page.error:
+            return f"page {page.page}: {page.error}"[:500]
+    return None
+
+
+@dataclass
+class Summary:
+    """The whole run, counted as its lines were written."""
+
+    documents: Counter[str] = field(default_factory=Counter)
+    earlier: int = 0
+    pages: Counter[str] = field(default_factory=Counter)
+    pages_this_run: int = 0
+    jobs: int = 0
+    resubmitted: int = 0
+    wall_s: float = 0.0
+    worker_s: float | None = None
+    gpu_price: float | None = None
+    backoffs: dict[int, int] = field(default_factory=dict)
+    examples: list[str] = field(default_factory=list)
+
+    def add(self, line: DocumentLine) -> None:
+        self.documents[line.status] += 1
+        self.earlier += line.earlier
+        for kind in ("ok", "blank", "failed"):
+            self.pages[kind] += getattr(line, kind)
+        if not line.earlier:
+            self.pages_this_run += line.ok + line.blank
+        if line.status != "ok" and len(self.examples) < 10:
+            self.examples.append(f"{line.source}: {line.status}: {line.error or ''}".strip())
+
+    @property
+    def exit_code(self) -> int:
+        """0 when every document is ok, else 1."""
+        return 0 if set(self.documents) <= {"ok"} else 1
+
+    @property
+    def worker_hours(self) -> float | None:
+        return None if self.worker_s is None else self.worker_s / 3600
+
+    def lines(self) -> list[str]:
+        total = sum(self.documents.values())
+        said = ", ".join(f"{self.documents[s]} {s}" for s in STATUSES if self.documents[s])
+        out = [
+            f"{total} documents: {said or 'none'}"
+            + (f" ({self.earlier} finished by an earlier run)" if self.earlier else ""),
+            f"pages: {self.pages['ok']} ok, {self.pages['blank']} blank, "
+            f"{self.pages['failed']} failed; {self.jobs} jobs sent this run"
+            + (f" ({self.resubmitted} of them again)" if self.resubmitted else ""),
+            f"time: {self.wall_s:.1f} s; {self.pages_this_run / max(self.wall_s, 1e-9):.2f} "
+            "pages/s stored this run",
+        ]
+        out.append(self.cost_line())
+        if self.backoffs:
+            shown = ", ".join(
+                f"{code or 'no answer'} ×{n}" for code, n in sorted(self.backoffs.items())
+            )
+            out.append(f"RunPod asked to slow down or did not answer, backed off: {shown}")
+        return out + [f"  {example}" for example in self.examples]
+
+    def cost_line(self) -> str:
+        hours = self.worker_hours
+        if hours is None:
+            return "GPU time: not known (the endpoint's /health did not answer)"
+        said = f"GPU time: {hours:.3f} worker-hours (the endpoint's workers on its /health)"
+        if self.gpu_price is None:
+            return said + "; --gpu-price USD_PER_HOUR prices it"
+        cost = hours * self.gpu_price
+        per = (
+            f", US${cost / self.pages_this_run * 1000:.3f} per 1,000 pages"
+            if self.pages_this_run
+            else ""
+        )
+        return f"{said} ≈ US${cost:.2f} at US${self.gpu_price:g} a worker-hour{per}"
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "documents": dict(self.documents),
+            "earlier": self.earlier,
+            "pages": dict(self.pages),
+            "jobs": self.jobs,
+            "resubmitted": self.resubmitted,
+            "wall_s": round(self.wall_s, 2),
+            "worker_hours": None if self.worker_hours is None else round(self.worker_hours, 4),
+            "gpu_price": self.gpu_price,
+            "cost_usd": None
+            if self.worker_hours is None or self.gpu_price is None
+            else round(self.worker_hours * self.gpu_price, 4),
+            "backoffs": {str(k): v for k, v in self.backoffs.items()},
+        }
+
+
+class Report:
+    """corpus.jsonl, a line flushed as each document finishes (a stopped run leaves what it
+    did), and the summary beside it at the end (`<name>.summary.json`)."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self._out: IO[str] | None = None
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._out = path.open("w", encoding="utf-8")
+
+    def write(self, line: DocumentLine) -> None:
+        if self._out is not None:
+            self._out.write(line.model_dump_json(exclude_none=True) + "\n")
+            self._out.flush()
+
+    def close(self, summary: Summary | None = None) -> None:
+        if self._out is not None:
+            self._out.close()
+            self._out = None
+        if summary is not None and self.path is not None:
+            target = self.path.with_suffix(".summary.json")
+            target.write_text(json.dumps(summary.as_json(), indent=2) + "\n", encoding="utf-8")

@@ -1,0 +1,46 @@
+"""One source of truth: what a corpus needs at each family's pace, in docs/deploying.md, is
+what the generator writes now from benchmarks/gpu.jsonl."""
+
+from __future__ import annotations
+
+import json
+
+from vlm_ocr_lab import measured
+from vlm_ocr_lab.docs import corpus_docs, generated
+
+from .support import ROOT
+
+DEPLOYING = ROOT / "docs" / "deploying.md"
+
+
+def test_the_corpus_sizing_table_is_what_the_measured_runs_give() -> None:
+    text = DEPLOYING.read_text()
+    for name, make in corpus_docs.REGIONS.items():
+        shown = generated.region(text, name)
+        assert shown == make(), (
+            "run python -m vlm_ocr_lab.docs.corpus_docs --write docs/deploying.md"
+        )
+
+
+def _run(**values: object) -> measured.Run:
+    row = {k: None for k in measured.REQUIRED} | {
+        "date": "2026-12-01", "commit": "abc", "gpu": "GPU", "vllm": "0", "transformers": "0",
+        "family": "olmocr", "overrides": {}, "start": "fresh", "phases": {}, "pages": 100,
+        "failed": 0, "failed_by_reason": {},
+    }  # fmt: skip
+    return measured.parse(json.dumps(row | values))
+
+
+def test_a_row_sizes_the_corpus_from_the_pace_and_the_price_of_the_run() -> None:
+    rows = [
+        _run(pages_per_s=10.0, usd_per_million_pages=100.0, engine_ready_s=150.0),
+        _run(pages_per_s=12.0, usd_per_million_pages=None, overrides={"X": "1"}),  # not at defaults
+    ]
+    line = corpus_docs.row("olmocr", rows)
+    # 100,000 pages at 10 pages/s: 2.8 GPU-hours; the price the run was costed at, US$3.6 an
+    # hour; a million pages in a day at 10 pages/s a worker: 2 workers
+    assert line == (
+        "| `olmocr` | GPU, 2026-12-01, 100 pages (abc) | 10 | 2.8 | 10 (US$3.6 an hour) | 2 | "
+        "150 s |"
+    )
+    assert corpus_docs.row("chandra", rows).startswith("| `chandra` | not measured |")

@@ -4,8 +4,9 @@ pages each, and how long each may take, from the data file's last row of each mo
 A run is a target (a checkpoint's shapes, dummy weights) started `fresh` (its first start on the
 host: empty caches) or `warm` (the second start on the caches the first published, as a second
 worker on a network volume). A fresh run also benches the worker and the direct path, with the
-fewest pages that keep each pass at least `PASS_S` seconds at the model's last pace (at least
-`MIN_PAGES`, at most `MAX_PAGES`); a warm run is the start alone.
+fewest pages that keep each pass at least `PASS_S` seconds at the model's last pace and, where
+that takes at most `WAVE_PASS_S`, fill the engine's sequences `WAVES` times (at least `MIN_PAGES`,
+at most `MAX_PAGES`); a warm run is the start alone.
 
     python -m vlm_ocr_lab.bench.gpu_check plan BUDGET_S TARGET[:warm]...   the plan, as a table
     python -m vlm_ocr_lab.bench.gpu_check step TARGET[:warm] --left S      one run, for the shell
@@ -27,12 +28,19 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from vlm_ocr.engines.vllm.argv import default_max_num_seqs
 from vlm_ocr_lab import measured
 
 MIN_PAGES = 128  # the issue's floor: a pass of fewer pages says little about a batch of 256
 MAX_PAGES = 1024
 PASS_S = 30.0  # each pass (worker, direct) at least this long at the model's pace
 PAGE_STEP = 32  # pages in steps of this (two jobs of equal halves)
+# A pass no longer than the engine's sequences is one wave: every page starts at once and the
+# slowest decides (LightOnOCR-3-0.8B's 320 pages at 256 sequences read 0.70 of the direct path).
+# Two waves show the refill, where they take at most WAVE_PASS_S at the model's pace.
+WAVES = 2
+WAVE_PASS_S = 60.0
+H200_GIB = 139.0  # the GPU host's card: MAX_NUM_SEQS=0 gives its engine this many sequences
 START_MARGIN = 1.1  # a start on another host took up to 7 % longer (192.8 s and 206.0 s)
 TIME_LIMIT_MARGIN = 1.5  # the bench's --time-limit over the estimate: a slower run still ends
 OVERHEAD_S = 25.0  # the dummy folder, the jobs' PDFs, the direct path's renders, ending vLLM
@@ -165,8 +173,10 @@ def step(spec: str, rows: list[measured.Run], vllm: str = "") -> Step:
 
 
 def pages_for(pages_per_s: float) -> int:
-    """The fewest pages, in steps of PAGE_STEP, that keep a pass PASS_S long at this pace."""
-    want = max(MIN_PAGES, math.ceil(PASS_S * pages_per_s))
+    """The fewest pages, in steps of PAGE_STEP, that keep a pass PASS_S long at this pace and
+    fill the engine's sequences WAVES times where that is a pass of at most WAVE_PASS_S."""
+    waves = min(WAVES * default_max_num_seqs(H200_GIB), math.floor(WAVE_PASS_S * pages_per_s))
+    want = max(MIN_PAGES, math.ceil(PASS_S * pages_per_s), waves)
     return min(MAX_PAGES, math.ceil(want / PAGE_STEP) * PAGE_STEP)
 
 

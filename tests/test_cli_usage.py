@@ -67,8 +67,9 @@ MISTAKES = [
     # run and submit: the other parts of their input are their own tests'
     (["run", "nope.pdf"], "nope.pdf: no such file"),
     (["run", "folder"], "folder: a folder, not a file; accepted: PDF"),
-    (["submit", "nope.pdf", "--endpoint", "e1"], "no such file: nope.pdf"),
-    (["submit", "folder", "--endpoint", "e1"], "no such file: folder"),
+    (["submit", "nope.pdf", "--endpoint", "e1"], "nope.pdf: no such file or folder"),
+    # a folder is a corpus to submit; with no bucket configured, that is what is said
+    (["submit", "folder", "--endpoint", "e1"], "set BUCKET_NAME, BUCKET_ENDPOINT_URL"),
     (["frobnicate"], "argument COMMAND: invalid choice: 'frobnicate'"),
 ]
 

@@ -116,7 +116,7 @@ class Shared:
     ) -> None:
         if not bucket.configured:
             raise ValueError(
-                "vlm-ocr submit needs the bucket the endpoint reads and writes: set BUCKET_NAME, "
+                "the documents go to the bucket the endpoint reads and writes: set BUCKET_NAME, "
                 "BUCKET_ENDPOINT_URL, BUCKET_ACCESS_KEY_ID and BUCKET_SECRET_ACCESS_KEY as the "
                 "endpoint has them"
             )

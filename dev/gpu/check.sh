@@ -18,8 +18,8 @@
 #
 # What comes back in $OUT (3 files; at most 8 come back a call):
 #   gpu-rows.jsonl      this call's rows: append them to benchmarks/gpu.jsonl
-#   check-LABEL.tgz     each run's bench output and worker log, vLLM's gauges every 10 s
-#                       (dev/gpu/metrics.py), the plan; rewritten after each run
+#   check-LABEL.tgz     each run's bench output and worker log (vLLM's own lines in it), vLLM's
+#                       gauges every 10 s (dev/gpu/metrics.py), the plan; rewritten after each run
 #   summary.txt         one line a run (also printed)
 set -u
 budget=${1:?usage: check.sh BUDGET_S TARGET[:warm]...}
@@ -93,7 +93,8 @@ run_one() {  # in a subshell: the run's own environment, and env.sh sourced with
   else
     pages_args=(--pages 0 --jobs 1)
   fi
-  MODEL_NAME=$dir VLLM_PORT=$port timeout -k 5 $((limit + 20)) \
+  # DEBUG: vLLM's own lines go to the run's log with the worker's (a phase that grew is read there)
+  LOG_LEVEL=${LOG_LEVEL:-DEBUG} MODEL_NAME=$dir VLLM_PORT=$port timeout -k 5 $((limit + 20)) \
     $py -m vlm_ocr_lab bench "${pages_args[@]}" --output-tokens 800 --gpu-price 3.99 \
     --progress 15 --time-limit "$limit" --record "$work/row.jsonl" --commit "$commit" \
     --model "$checkpoint" \

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import json
 import os
+import socket
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -288,9 +289,13 @@ def test_429_and_gateway_errors_are_backed_off(workers, s3, prefix, tmp_path):
 def test_a_refusal_is_said_once_and_nothing_is_drawn(workers, tmp_path):
     doc = pdf(tmp_path / "case.pdf", 1)
     # no bucket at all (half a bucket is refused at start, before submit's own check)
-    no_bucket = {k: "" for k in ("BUCKET_NAME", "BUCKET_ENDPOINT_URL", "BUCKET_ACCESS_KEY_ID")} | {
-        "BUCKET_SECRET_ACCESS_KEY": ""
-    }
+    bucket = (
+        "BUCKET_NAME",
+        "BUCKET_ENDPOINT_URL",
+        "BUCKET_ACCESS_KEY_ID",
+        "BUCKET_SECRET_ACCESS_KEY",
+    )
+    no_bucket = dict.fromkeys(bucket, "")
     done = workers.submit(str(doc), cwd=tmp_path, **no_bucket)
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "set BUCKET_NAME" in done.stderr, done.stderr
@@ -303,6 +308,18 @@ def test_a_refusal_is_said_once_and_nothing_is_drawn(workers, tmp_path):
     said = "vlm-ocr submit: letter.pdf: the data is not a PDF (it does not start with %PDF)\n"
     assert done.stderr == said  # once, and no bar around it
     assert done.stdout == ""
+
+    done = workers.submit(str(doc), cwd=tmp_path, RUNPOD_API_KEY="")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert "set RUNPOD_API_KEY" in done.stderr and done.stdout == ""
+
+    # an endpoint that does not answer is said in one line naming what to check, at once
+    with socket.socket() as free:  # a loopback port nothing listens on once it is closed
+        free.bind(("127.0.0.1", 0))
+        base = f"http://127.0.0.1:{free.getsockname()[1]}/v2"
+    done = workers.submit(str(doc), cwd=tmp_path, RUNPOD_API_BASE=base)
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+    assert f"GET {base}/e/health: no answer" in done.stderr and "RUNPOD_API_BASE" in done.stderr
 
     done = workers.submit(cwd=tmp_path)
     assert done.returncode == 2 and "name at least one file" in done.stderr

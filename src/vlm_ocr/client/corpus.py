@@ -35,6 +35,9 @@ log = logging.getLogger(__name__)
 
 AHEAD = 16  # documents checked and uploaded ahead of the jobs in flight
 HEALTH_S = 30.0
+# the first /health: a wrong endpoint id or API base is said in seconds, not after the minute of
+# retries a job's call has (a network lost mid-run)
+PREFLIGHT_ATTEMPTS = 3
 
 
 @dataclass
@@ -281,7 +284,7 @@ class CorpusRun:
     async def _preflight(self) -> None:
         """The endpoint answers with this key, and the bucket with its credentials: else the
         run stops before its first document (an EndpointError or a StorageError)."""
-        health = await self.shared.api.health()
+        health = await self.shared.api.health(attempts=PREFLIGHT_ATTEMPTS)
         self.progress.workers = worker_count(health)
         self._worker_s, self._sampled = 0.0, time.monotonic()
         bucket = self.shared.store.bucket

@@ -108,22 +108,27 @@ class Endpoint:
     async def cancel(self, job_id: str) -> dict[str, Any]:
         return await self._call("POST", f"/cancel/{job_id}")
 
-    async def health(self) -> dict[str, Any]:
-        """The endpoint's workers by state and its jobs by state."""
-        return await self._call("GET", "/health")
+    async def health(self, attempts: int | None = None) -> dict[str, Any]:
+        """The endpoint's workers by state and its jobs by state (`attempts`: fewer than a
+        job's, where a wrong address should be said at once rather than after a minute)."""
+        return await self._call("GET", "/health", attempts=attempts)
 
-    async def _call(self, method: str, route: str, **kw: Any) -> dict[str, Any]:
+    async def _call(
+        self, method: str, route: str, attempts: int | None = None, **kw: Any
+    ) -> dict[str, Any]:
         """One request, retried with backoff on 429 (honouring Retry-After), on 5xx gateway
         answers and on connection errors; any other error status is final."""
-        delay = 0.5
-        for attempt in range(1, self.attempts + 1):
+        delay, attempts = 0.5, attempts or self.attempts
+        for attempt in range(1, attempts + 1):
             try:
                 async with self._calls:
                     resp = await self._http.request(method, self.base + route, **kw)
             except httpx.TransportError as exc:
-                if attempt == self.attempts:
+                if attempt == attempts:
                     raise EndpointError(
-                        f"{method} {route}: {type(exc).__name__}", unreachable=True
+                        f"{method} {self.base}{route}: no answer ({type(exc).__name__}); check "
+                        "the endpoint id, RUNPOD_API_BASE and the network",
+                        unreachable=True,
                     ) from None
                 wait = delay
                 self.backoffs[0] = self.backoffs.get(0, 0) + 1
@@ -136,7 +141,7 @@ class Endpoint:
                             f"{method} {route}: HTTP {resp.status_code}: {resp.text[:300]}"
                         )
                     return resp.json()
-                if attempt == self.attempts:
+                if attempt == attempts:
                     raise EndpointError(
                         f"{method} {route}: HTTP {resp.status_code} after retries", unreachable=True
                     )

@@ -120,6 +120,11 @@ class Shared:
                 "BUCKET_ENDPOINT_URL, BUCKET_ACCESS_KEY_ID and BUCKET_SECRET_ACCESS_KEY as the "
                 "endpoint has them"
             )
+        if not client.runpod_api_key:
+            raise ValueError(
+                "the endpoint's API needs your key: set RUNPOD_API_KEY (RunPod's console, "
+                "Settings, API Keys)"
+            )
         self.store = S3Store.from_settings(bucket, Bucket.from_settings(bucket))
         self.client, self.endpoint_id = client, options.endpoint_id
         self.api = endpoint(client, options.endpoint_id)

@@ -161,6 +161,41 @@ def test_an_unknown_target_is_refused_by_name() -> None:
         gpu_check.step("olmocr:tepid", [])
 
 
+def test_a_spec_names_the_workers_settings_for_its_run_alone() -> None:
+    rows = [run(engine_ready_s=276.8, pages_per_s=3.96, direct_pages_per_s=3.24)]
+    s = gpu_check.step("chandra,MAX_NUM_SEQS=512,START_MODE=fast", rows, "0.32")
+    assert s.settings == {"MAX_NUM_SEQS": "512", "START_MODE": "fast"}
+    assert s.name == "chandra:fresh,MAX_NUM_SEQS=512,START_MODE=fast"
+    assert s.tag == "chandra-fresh-MAX_NUM_SEQS-512-START_MODE-fast"
+    values = dict(part.split("=", 1) for part in shlex.split(s.shell(5000)))
+    # exported for the run (the bench records them as the row's settings off the defaults)
+    assert values["run_env"] == "MAX_NUM_SEQS=512 START_MODE=fast"
+    assert values["tag"] == s.tag and values["target"] == "chandra"
+    # the target's own environment stays, the spec's settings after it
+    lighton = gpu_check.step("lighton-ocr,MAX_NUM_BATCHED_TOKENS=8192", [], "0.26")
+    assert lighton.env | lighton.settings == {"TF516": "1", "MAX_NUM_BATCHED_TOKENS": "8192"}
+    warm = gpu_check.step("olmocr:warm,START_MODE=fast", [])
+    assert warm.start == "warm" and warm.settings == {"START_MODE": "fast"}
+    # a warm start still needs its target's fresh one, whatever their settings
+    fates = gpu_check.plan(["olmocr,MAX_NUM_SEQS=512", "olmocr:warm"], 5000, [], "", set())
+    assert [f for _, f in fates] == ["runs", "runs"]
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "chandra,MAX_SEQS=512",
+        "chandra,max_num_seqs=512",
+        "chandra,MAX_NUM_SEQS",
+        "chandra,MAX_NUM_SEQS=5 12",
+        "chandra,START_MODE=$(x)",
+    ],
+)
+def test_a_setting_in_a_spec_is_a_declared_one_with_a_plain_value(spec: str) -> None:
+    with pytest.raises(ValueError, match="is not VAR=VALUE with VAR one of the worker's settings"):
+        gpu_check.parse_spec(spec)
+
+
 def test_every_target_plans_from_the_data_file() -> None:
     rows = measured.runs()
     for name in TARGETS:

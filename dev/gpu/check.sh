@@ -9,12 +9,13 @@
 #
 # On the GPU host, from the project's root (the bundle in /tmp/acc, see dev/gpu/env.sh):
 #   COMMIT=<the commit's short hash> [VLLM=0.26|0.32] [LABEL=call1] \
-#     bash dev/gpu/check.sh BUDGET_S TARGET[:warm]...
+#     bash dev/gpu/check.sh BUDGET_S TARGET[:warm][,VAR=VALUE...]...
 # Here, the plan alone with each run's estimate (nothing runs):
 #   DRY_RUN=1 bash dev/gpu/check.sh 560 lighton-ocr olmocr olmocr:warm
 # TARGET: qwen-vl olmocr chandra dots-ocr lighton-ocr lighton-ocr-3-0.8b lighton-ocr-3-4b;
 # TARGET:warm is its second start, after its fresh one on the same host (this call or an
-# earlier one while the host stayed up).
+# earlier one while the host stayed up). Settings after commas are the worker's, for that run
+# alone (its row is then off the defaults): chandra,MAX_NUM_SEQS=512 olmocr:warm,START_MODE=fast
 #
 # What comes back in $OUT (3 files; at most 8 come back a call):
 #   gpu-rows.jsonl      this call's rows: append them to benchmarks/gpu.jsonl
@@ -115,7 +116,7 @@ starts=$(cat $work/starts 2> /dev/null || echo 0)
 for spec in "$@"; do
   left=$((budget - ($(date +%s) - t0)))
   read -r -a done_args <<< "$(fresh_done | tr '\n' ' ')"
-  target=$spec skip='' kind='' generator='' checkpoint='' pages=0 estimate=0 limit=0 run_env=''
+  target=$spec tag='' skip='' kind='' generator='' checkpoint='' pages=0 estimate=0 limit=0 run_env=''
   eval "$($py -m vlm_ocr_lab.bench.gpu_check step "$spec" --left "$left" \
     --vllm "$vllm" --data benchmarks/gpu.jsonl --data "$rows" "${done_args[@]}")"
   [ -z "$skip$kind" ] && skip="skipped: the planner gave no step (see plan.txt)"
@@ -128,8 +129,8 @@ for spec in "$@"; do
   fi
   stop_vllm
   starts=$((starts + 1)) && echo $starts > $work/starts
-  log=$logs/$target-$kind.txt
-  python3 dev/gpu/metrics.py "$port" 10 > "$logs/$target-$kind-metrics.txt" 2>&1 &
+  log=$logs/$tag.txt
+  python3 dev/gpu/metrics.py "$port" 10 > "$logs/$tag-metrics.txt" 2>&1 &
   sampler=$!
   say "$spec: $pages pages, about $estimate s, at most $((limit + 20)) s (${left} s left)"
   rm -f "$work/row.jsonl"
@@ -138,14 +139,14 @@ for spec in "$@"; do
   kill "$sampler" 2> /dev/null
   stop_vllm
   if [ -s "$work/row.jsonl" ]; then
-    $py -m vlm_ocr_lab.bench.gpu_check gauges "$logs/$target-$kind-metrics.txt" "$work/row.jsonl" \
-      > /dev/null 2>> "$logs/$target-$kind.txt"
+    $py -m vlm_ocr_lab.bench.gpu_check gauges "$logs/$tag-metrics.txt" "$work/row.jsonl" \
+      > /dev/null 2>> "$log"
     cat "$work/row.jsonl" >> "$out/gpu-rows.jsonl"
     cat "$work/row.jsonl" >> "$rows"
     say "  $($py -m vlm_ocr_lab.bench.gpu_check summary "$work/row.jsonl")"
     grep -q '"engine_ready_s": null' "$work/row.jsonl" || touch "$work/fresh-$target"
   else
-    say "  no row: the bench exited $rc before recording (124: ended at its limit); see $target-$kind.txt"
+    say "  no row: the bench exited $rc before recording (124: ended at its limit); see $tag.txt"
     tail -5 "$log" | sed 's/^/    /' | tee -a "$out/summary.txt"
   fi
   pack

@@ -8,11 +8,13 @@ fewest pages that keep each pass at least `PASS_S` seconds at the model's last p
 that takes at most `WAVE_PASS_S`, fill the engine's sequences `WAVES` times (at least `MIN_PAGES`,
 at most `MAX_PAGES`); a warm run is the start alone.
 
-    python -m vlm_ocr_lab.bench.gpu_check plan BUDGET_S TARGET[:warm]...   the plan, as a table
-    python -m vlm_ocr_lab.bench.gpu_check step TARGET[:warm] --left S      one run, for the shell
+    python -m vlm_ocr_lab.bench.gpu_check plan BUDGET_S SPEC...   the plan, as a table
+    python -m vlm_ocr_lab.bench.gpu_check step SPEC --left S      one run, for the shell
     python -m vlm_ocr_lab.bench.gpu_check summary ROWS.jsonl               the rows, one line each
     python -m vlm_ocr_lab.bench.gpu_check gauges METRICS.txt ROW.jsonl     vLLM's gauges into a row
 
+SPEC is TARGET, TARGET:warm, and either with settings of its own after commas, a run off the
+defaults (its row says so): `chandra,MAX_NUM_SEQS=512`, `olmocr:warm,START_MODE=fast`.
 (`--data FILE`, repeatable: the rows to estimate from; default the repository's data file.)
 """
 
@@ -29,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vlm_ocr.engines.vllm.argv import default_max_num_seqs
+from vlm_ocr.settings import Settings, env_name
 from vlm_ocr_lab import measured
 
 MIN_PAGES = 128  # the issue's floor: a pass of fewer pages says little about a batch of 256
@@ -100,6 +103,18 @@ class Step:
     #: from a row of the data ("row of 2026-12-01 at 1c0a249") or the target's own guess
     basis: str
     env: dict[str, str]
+    #: the worker's settings the spec names (its run is off the defaults)
+    settings: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        """The run's name in the plan and its logs: `chandra:fresh,MAX_NUM_SEQS=512`."""
+        return ",".join([f"{self.target.name}:{self.start}", *_pairs(self.settings)])
+
+    @property
+    def tag(self) -> str:
+        """The name as a file name: `chandra-fresh-MAX_NUM_SEQS-512`."""
+        return re.sub(r"[^A-Za-z0-9_.-]+", "-", self.name.replace(":", "-"))
 
     @property
     def estimate_s(self) -> float:
@@ -117,22 +132,43 @@ class Step:
             "kind": self.start,
             "generator": self.target.generator,
             "checkpoint": self.target.checkpoint,
+            "tag": self.tag,
             "pages": str(self.pages),
             "estimate": str(math.ceil(self.estimate_s)),
             "limit": str(self.time_limit_s(left_s)),
-            "run_env": " ".join(f"{k}={v}" for k, v in self.env.items()),
+            "run_env": " ".join(_pairs(self.env | self.settings)),
             "skip": "",
         }
         return " ".join(f"{k}={shlex.quote(v)}" for k, v in values.items())
 
 
-def parse_spec(spec: str) -> tuple[Target, measured.Start]:
-    name, _, kind = spec.partition(":")
+# A setting's value in a spec: it travels as one word of `export` in the check's shell
+_VALUE = re.compile(r"[A-Za-z0-9_.:/+-]+")
+_SETTINGS = {env_name(name) for name in Settings.GROUP_OF}
+
+
+def _pairs(env: dict[str, str]) -> list[str]:
+    return [f"{k}={v}" for k, v in env.items()]
+
+
+def parse_spec(spec: str) -> tuple[Target, measured.Start, dict[str, str]]:
+    """TARGET[:warm][,VAR=VALUE...]: the target, its start, and the worker settings it names."""
+    head, *pairs = spec.split(",")
+    name, _, kind = head.partition(":")
     if name not in TARGETS:
         raise ValueError(f"unknown target {name!r}; the check knows {', '.join(TARGETS)}")
     if kind not in ("", "fresh", "warm"):
         raise ValueError(f"{spec!r}: a target is NAME or NAME:warm, not :{kind}")
-    return TARGETS[name], "warm" if kind == "warm" else "fresh"
+    settings = {}
+    for pair in pairs:
+        var, eq, value = pair.partition("=")
+        if not eq or var not in _SETTINGS or not _VALUE.fullmatch(value):
+            raise ValueError(
+                f"{spec!r}: {pair!r} is not VAR=VALUE with VAR one of the worker's settings "
+                "and VALUE letters, digits and ._:/+- alone"
+            )
+        settings[var] = value
+    return TARGETS[name], "warm" if kind == "warm" else "fresh", settings
 
 
 def _rows_of(target: Target, rows: list[measured.Run], vllm: str) -> list[measured.Run]:
@@ -151,7 +187,7 @@ def _last(rows: list[measured.Run], have: str, start: str | None = None) -> meas
 
 def step(spec: str, rows: list[measured.Run], vllm: str = "") -> Step:
     """The run a spec asks for, sized from the model's last rows."""
-    target, start = parse_spec(spec)
+    target, start, settings = parse_spec(spec)
     mine = _rows_of(target, rows, vllm)
     env = target.env_by_vllm.get(vllm or "0.26", {})
     fresh = _last(mine, "engine_ready_s", "fresh")
@@ -161,15 +197,14 @@ def step(spec: str, rows: list[measured.Run], vllm: str = "") -> Step:
         # a second start never seen: half the fresh one (olmOCR's was 43 %, Chandra's 33 %)
         warm_s = warm.engine_ready_s if warm and warm.engine_ready_s else fresh_s / 2
         basis = _basis(warm) if warm else f"half the fresh start ({_basis(fresh)})"
-        return Step(target, start, 0, warm_s * START_MARGIN, 0.0, basis, env)
+        return Step(target, start, 0, warm_s * START_MARGIN, 0.0, basis, env, settings)
     paced = _last(mine, "pages_per_s", "fresh") or _last(mine, "pages_per_s")  # with its direct
     worker = paced.pages_per_s if paced and paced.pages_per_s else target.pages_per_s
     direct = paced.direct_pages_per_s if paced and paced.direct_pages_per_s else worker
     pages = pages_for(max(worker, direct))
     basis = f"start: {_basis(fresh)}; pace: {_basis(paced)}"
-    return Step(
-        target, start, pages, fresh_s * START_MARGIN, pages / worker + pages / direct, basis, env
-    )
+    passes_s = pages / worker + pages / direct
+    return Step(target, start, pages, fresh_s * START_MARGIN, passes_s, basis, env, settings)
 
 
 def pages_for(pages_per_s: float) -> int:
@@ -215,16 +250,17 @@ def plan(
 
 
 def plan_table(steps: list[tuple[Step, str]], budget_s: float) -> str:
+    w = max([26] + [len(s.name) + 2 for s, _ in steps])
     lines = [
         f"plan for a call of {budget_s:.0f} s ({RESERVE_S:.0f} s kept for packing):",
-        f"{'run':<26}{'pages':>6}{'start s':>9}{'passes s':>10}{'total s':>9}{'at s':>7}  what",
+        f"{'run':<{w}}{'pages':>6}{'start s':>9}{'passes s':>10}{'total s':>9}{'at s':>7}  what",
     ]
     at = 0.0
     for s, fate in steps:
         at += s.estimate_s if fate == "runs" else 0.0
         ends = f"{at:>7.0f}" if fate == "runs" else f"{'-':>7}"
         lines.append(
-            f"{s.target.name + ':' + s.start:<26}{s.pages:>6}{s.start_s:>9.0f}{s.passes_s:>10.0f}"
+            f"{s.name:<{w}}{s.pages:>6}{s.start_s:>9.0f}{s.passes_s:>10.0f}"
             f"{s.estimate_s:>9.0f}{ends}  {fate}; {s.basis}"
         )
     return "\n".join(lines)

@@ -23,7 +23,7 @@
 #                       gauges every 10 s (dev/gpu/metrics.py), the plan; rewritten after each run
 #   summary.txt         one line a run (also printed)
 set -u
-budget=${1:?usage: check.sh BUDGET_S TARGET[:warm]...}
+budget=${1:?usage: check.sh BUDGET_S TARGET[:warm][,VAR=VALUE...]...}
 shift
 t0=$(date +%s)
 vllm=${VLLM:-0.26}

@@ -10,8 +10,8 @@ at most `MAX_PAGES`); a warm run is the start alone.
 
     python -m vlm_ocr_lab.bench.gpu_check plan BUDGET_S SPEC...   the plan, as a table
     python -m vlm_ocr_lab.bench.gpu_check step SPEC --left S      one run, for the shell
-    python -m vlm_ocr_lab.bench.gpu_check summary ROWS.jsonl               the rows, one line each
-    python -m vlm_ocr_lab.bench.gpu_check gauges METRICS.txt ROW.jsonl     vLLM's gauges into a row
+    python -m vlm_ocr_lab.bench.gpu_check summary ROWS.jsonl      the rows, one line each
+    python -m vlm_ocr_lab.bench.gpu_check gauges METRICS.txt ROW.jsonl   vLLM's gauges into a row
 
 SPEC is TARGET, TARGET:warm, and either with settings of its own after commas, a run off the
 defaults (its row says so): `chandra,MAX_NUM_SEQS=512`, `olmocr:warm,START_MODE=fast`.

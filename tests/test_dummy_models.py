@@ -48,33 +48,50 @@ def test_the_generator_retypes_no_shape() -> None:
         assert f'"{shape}"' not in source, shape  # it reads them from the example config
 
 
-# vLLM's own reader of a checkpoint's quantization config: the one an AWQ example without its
-# `zero_point` failed in, at the engine's start on the GPU host
-READ_QUANTIZATION = """
+# vLLM's own configuration of an engine for each folder, as its server builds it before anything
+# else: the checkpoint's architecture, lengths and quantization read and checked (an AWQ example
+# without its `zero_point` failed here, at the engine's start on the GPU host)
+ENGINE_CONFIG = """
 import json, sys
-from vllm.model_executor.layers.quantization import get_quantization_config
-config = json.load(open(sys.argv[1]))["quantization_config"]
-print(type(get_quantization_config(config["quant_method"]).from_config(config)).__name__)
+from vllm.config import ModelConfig, VllmConfig
+for folder in sys.argv[1:]:
+    try:
+        model = ModelConfig(model=folder, max_model_len=4096, trust_remote_code=True)
+        quant = type(VllmConfig(model_config=model).quant_config).__name__
+        print(json.dumps([folder, "ok", model.architectures, quant]))
+    except Exception as exc:
+        print(json.dumps([folder, "refused", type(exc).__name__, str(exc)[:500]]))
 """
-QUANTIZED = [p for p in EXAMPLES if "quantization_config" in json.loads(p.read_text())]
+QUANT_CONFIG = {
+    None: "NoneType",
+    "awq": "AutoAWQConfig",
+    "fp8": "Fp8Config",
+    "compressed-tensors": "CompressedTensorsConfig",
+}
 
 
-@pytest.mark.parametrize("example", QUANTIZED, ids=lambda p: p.name)
-def test_each_quantized_example_is_read_by_vllms_own_quantization_config(example: Path) -> None:
+def test_vllm_configures_an_engine_for_every_dummy_folder(tmp_path: Path) -> None:
+    folders = {}
+    for example in EXAMPLES:
+        name = example.name.removesuffix(".config.json")
+        assert generate(name, tmp_path / name).returncode == 0, name
+        folders[str(tmp_path / name)] = json.loads(example.read_text())
     proc = subprocess.run(
-        [str(engine_python()), "-c", READ_QUANTIZATION, str(example)],
+        [str(engine_python()), "-c", ENGINE_CONFIG, *folders],
+        env={"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "PATH": "/usr/bin:/bin"},
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    method = json.loads(example.read_text())["quantization_config"]["quant_method"]
-    expected = {
-        "awq": "AutoAWQConfig",
-        "fp8": "Fp8Config",
-        "compressed-tensors": "CompressedTensorsConfig",
-    }
-    assert proc.stdout.strip().splitlines()[-1] == expected[method], proc.stdout
+    said = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith('["')]
+    assert [folder for folder, *_ in said] == list(folders)
+    for folder, outcome, architectures, quant in said:
+        assert outcome == "ok", (folder, architectures, quant)
+        config = folders[folder]
+        assert architectures == config["architectures"]
+        method = config.get("quantization_config", {}).get("quant_method")
+        assert quant == QUANT_CONFIG[method], folder
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)

@@ -27,16 +27,12 @@ COPY builder/download_model.py /opt/builder/download_model.py
 # The engine's interpreter: the base image's Python, which has vLLM. The worker never imports
 # vLLM; it starts `vllm serve` (`python -m vllm.entrypoints.cli.main serve`) with this interpreter.
 # Its packages are compiled to bytecode here, once: a container starts with an empty writable
-# layer, so without this every cold start compiles vLLM's and torch's sources again (about 5 s
-# of each of the engine's two processes' 25 s of imports, measured on an H200): the folders that
-# hold torch, transformers and vLLM (one site-packages in the base image, each compiled wherever
-# it lies). Files that do not compile (templates, tests for other Pythons) are left as they are.
+# layer, so without this every cold start compiles vLLM's and torch's sources again
+# (builder/compile_bytecode.py says what it measured).
+COPY builder/compile_bytecode.py /opt/builder/compile_bytecode.py
 RUN ln -sf "$(command -v python3)" /usr/local/bin/vllm-python \
     && /usr/local/bin/vllm-python -c "import vllm, huggingface_hub; print('vLLM', vllm.__version__)" \
-    && /usr/local/bin/vllm-python -c 'import os, torch, transformers, vllm; print("\n".join(sorted({os.path.dirname(os.path.dirname(m.__file__)) for m in (torch, transformers, vllm)})))' \
-        | while read -r packages; do \
-            (/usr/local/bin/vllm-python -m compileall -q -j 0 "$packages" > /dev/null || true); \
-        done
+    && /usr/local/bin/vllm-python /opt/builder/compile_bytecode.py torch transformers vllm
 
 # vLLM's inspection of the families' model classes and the baked model's, done here once (no GPU
 # needed): a start without it imports torch and vLLM again in a subprocess for it. The worker

@@ -323,3 +323,31 @@ def test_the_pins_follow_the_baked_config_and_refuse_a_vllm_the_family_breaks_on
     assert broken.returncode != 0 and not broken.stdout
     assert "lighton-ocr-3 family, which does not run on vLLM 0.27.1" in broken.stderr
     assert "loop" in broken.stderr
+
+
+def test_the_images_compile_the_engines_packages_to_bytecode_at_build(tmp_path: Path) -> None:
+    # both images run the builder's script on the engine's packages
+    for dockerfile in ("Dockerfile", ".runpod/Dockerfile"):
+        text = (ROOT / dockerfile).read_text()
+        assert "/opt/builder/compile_bytecode.py torch transformers vllm" in text, dockerfile
+    # the script, as the build runs it: each package's site folder compiled, wherever it lies,
+    # and a file that does not compile (a template, a test for another Python) left as it is
+    sites = [tmp_path / "site-a", tmp_path / "site-b"]
+    for site, name in zip(sites, ("alpha", "beta"), strict=True):
+        (site / name).mkdir(parents=True)
+        (site / name / "__init__.py").write_text("VALUE = 1\n")
+        (site / name / "part.py").write_text("def f():\n    return 2\n")
+    (sites[1] / "beta" / "template.py").write_text("def {{ name }}():\n")
+    proc = subprocess.run(
+        ["python3", str(ROOT / "builder/compile_bytecode.py"), "alpha", "beta"],
+        env={"PYTHONPATH": ":".join(map(str, sites)), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [f"compiled: {site}" for site in sites]
+    for site, name in zip(sites, ("alpha", "beta"), strict=True):
+        cached = {p.name.split(".")[0] for p in (site / name / "__pycache__").iterdir()}
+        assert {"__init__", "part"} <= cached
+    assert not list((sites[1] / "beta" / "__pycache__").glob("template.*"))

@@ -39,6 +39,20 @@ pytestmark = pytest.mark.engine
 TWO_PAGES = {"pdf": {"base64": b64(samples.pdf_from_pages(samples.numbered_pages(2)))}}
 
 
+@contextmanager
+def serving(loop, settings: Settings):
+    """A worker started as in production, its engine's server with what vLLM's CPU build reads
+    from the environment; closed at the end."""
+    with pytest.MonkeyPatch.context() as env:
+        for key, value in SERVER_ENV.items():
+            env.setenv(key, value)
+        worker = loop.run(start_worker(settings))
+        try:
+            yield worker
+        finally:
+            loop.run(worker.close())
+
+
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_tiny_model(tmp_path_factory.mktemp("model") / "tiny-qwen3-vl")
@@ -48,12 +62,8 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def vllm(loop, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory):
     """One engine server for the module, started by the worker as in production."""
     settings = settings_from(engine_env(tiny_model), output_dir=tmp_path_factory.mktemp("out"))
-    with pytest.MonkeyPatch.context() as env:
-        for key, value in SERVER_ENV.items():  # what the server reads from its environment
-            env.setenv(key, value)
-        worker = loop.run(start_worker(settings))
+    with serving(loop, settings) as worker:
         yield worker, settings
-        loop.run(worker.close())
 
 
 def test_cold_start_records_engine_facts(vllm) -> None:
@@ -100,16 +110,10 @@ def test_two_api_servers_share_the_image_preprocessing_with_a_split_start(
         start_mode="fast",
         enforce_eager=False,
     )
-    with pytest.MonkeyPatch.context() as env:
-        for key, value in SERVER_ENV.items():
-            env.setenv(key, value)
-        worker = loop.run(start_worker(settings))
-    try:
+    with serving(loop, settings) as worker:
         server = worker.engine.server.proc.pid  # type: ignore[attr-defined]
         fronts = [p for p in child_pids(server) if process_name(p).startswith("VLLM::APIServer")]
         result = loop.run(worker.run("two-fronts", TWO_PAGES))
-    finally:
-        loop.run(worker.close())
     facts = result.engine
     assert facts["api_server_count"] == 2 and facts["split_start"] is True
     assert facts["renderer_num_workers"] == 2 and "--renderer-num-workers" in facts["argv"]
@@ -450,19 +454,13 @@ def test_an_olmocr_model_is_served_and_read_as_its_family(loop, tmp_path_factory
     model = make_tiny_model(tmp_path_factory.mktemp("model") / "tiny-olmOCR-2", "qwen2_5_vl")
     out = tmp_path_factory.mktemp("olmocr-out")
     settings = settings_from(engine_env(model), output_dir=out, max_attempts=2)
-    with pytest.MonkeyPatch.context() as env:
-        for key, value in SERVER_ENV.items():
-            env.setenv(key, value)
-        worker = loop.run(start_worker(settings))
-        try:
-            facts = worker.engine_facts()
-            pdf = samples.pdf_from_pages([["Clause 9: the text layer of this page."]])
-            on_pdf = loop.run(worker.run("olm-pdf", {"pdf": {"base64": b64(pdf)}}))
-            image = {"base64": b64(png_bytes(page_image(["An image has no text layer."])))}
-            on_image = loop.run(worker.run("olm-img", {"images": [image]}))
-            refused = loop.run(worker.run("olm-prompt", {"images": [image], "prompt": "plain"}))
-        finally:
-            loop.run(worker.close())
+    with serving(loop, settings) as worker:
+        facts = worker.engine_facts()
+        pdf = samples.pdf_from_pages([["Clause 9: the text layer of this page."]])
+        on_pdf = loop.run(worker.run("olm-pdf", {"pdf": {"base64": b64(pdf)}}))
+        image = {"base64": b64(png_bytes(page_image(["An image has no text layer."])))}
+        on_image = loop.run(worker.run("olm-img", {"images": [image]}))
+        refused = loop.run(worker.run("olm-prompt", {"images": [image], "prompt": "plain"}))
     assert facts["family"] == "olmocr" and "tiny-olmOCR-2" in facts["family_detected_by"]
     assert facts["prompt"] == "olmocr-v4-yaml" and facts["thinking_checked"]
     argv = facts["argv"]
@@ -498,16 +496,10 @@ def test_a_lightonocr_3_model_is_served_by_its_makers_flags_and_reads_its_ground
     # room for a whole page at 2,048 px (2,880 image tokens) in the context and in one batch
     env = engine_env(model, MAX_MODEL_LEN="4096", MAX_NUM_BATCHED_TOKENS="4096")
     settings = settings_from(env, output_dir=out, max_attempts=2)
-    with pytest.MonkeyPatch.context() as patched:
-        for key, value in SERVER_ENV.items():
-            patched.setenv(key, value)
-        worker = loop.run(start_worker(settings))
-        try:
-            facts = worker.engine_facts()
-            image = {"base64": b64(png_bytes(page_image(["A page for LightOnOCR-3."])))}
-            result = loop.run(worker.run("l3", {"images": [image]}))
-        finally:
-            loop.run(worker.close())
+    with serving(loop, settings) as worker:
+        facts = worker.engine_facts()
+        image = {"base64": b64(png_bytes(page_image(["A page for LightOnOCR-3."])))}
+        result = loop.run(worker.run("l3", {"images": [image]}))
     assert (
         facts["family"] == "lighton-ocr-3"
         and "tiny-LightOnOCR-3-0.8B" in (facts["family_detected_by"])

@@ -9,6 +9,7 @@ import json
 import multiprocessing
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -223,28 +224,39 @@ def read_while_others_build(root: str, done: Any, out: multiprocessing.Queue[str
     out.put(seen)
 
 
-def test_two_workers_starting_at_once_never_leave_a_broken_cache(tmp_path: Path) -> None:
-    root = str(tmp_path / "vllm-cache")
+def race(
+    root: str, reader: Callable[..., None], racer: Callable[..., None], args: list[tuple[Any, ...]]
+) -> tuple[list[str], str]:
+    """Processes running `racer(root, *args, out)` at once while `reader(root, done, seen)`
+    watches the folder until they end: their outcomes, sorted, and what the reader saw."""
     ctx = multiprocessing.get_context("spawn")
     out: multiprocessing.Queue[str] = ctx.Queue()
-    reads: multiprocessing.Queue[str] = ctx.Queue()
+    seen: multiprocessing.Queue[str] = ctx.Queue()
     done = ctx.Event()
-    reader = ctx.Process(target=read_while_others_build, args=(root, done, reads))
-    builders = [ctx.Process(target=build_and_publish, args=(root, n, 200, out)) for n in "ab"]
-    reader.start()
-    for b in builders:
-        b.start()
-    for b in builders:
-        b.join(120)
+    watcher = ctx.Process(target=reader, args=(root, done, seen))
+    racers = [ctx.Process(target=racer, args=(root, *a, out)) for a in args]
+    watcher.start()
+    for r in racers:
+        r.start()
+    for r in racers:
+        r.join(120)
     done.set()
-    outcomes = sorted(out.get(timeout=10) for _ in builders)
+    outcomes = sorted(out.get(timeout=10) for _ in racers)
+    watcher.join(60)
+    return outcomes, seen.get(timeout=10)
+
+
+def test_two_workers_starting_at_once_never_leave_a_broken_cache(tmp_path: Path) -> None:
+    root = str(tmp_path / "vllm-cache")
+    outcomes, seen = race(
+        root, read_while_others_build, build_and_publish, [("a", 200), ("b", 200)]
+    )
     assert outcomes[0] == "built and published"
     assert outcomes[1] in ("built privately (another worker was building the same key)", "reused")
-    reader.join(60)
-    assert reads.get(timeout=10) == "whole"
+    assert seen == "whole"
     # one folder for the key, whole, and no private build left behind
     assert [p.name for p in Path(root).iterdir()] == ["same-key"]
-    again: multiprocessing.Queue[str] = ctx.Queue()
+    again: multiprocessing.Queue[str] = multiprocessing.get_context("spawn").Queue()
     build_and_publish(root, "c", 200, again)
     assert again.get(timeout=10) == "reused"
 
@@ -340,22 +352,9 @@ def read_seeded_entries(root: str, done: Any, out: multiprocessing.Queue[str]) -
 def test_two_workers_seeding_one_volume_at_once_leave_whole_entries(tmp_path: Path) -> None:
     source = str(image_seed(tmp_path / "seed", size=2_000_000))  # large: a copy takes time
     root = str(tmp_path / "vllm-cache")
-    ctx = multiprocessing.get_context("spawn")
-    out: multiprocessing.Queue[str] = ctx.Queue()
-    reads: multiprocessing.Queue[str] = ctx.Queue()
-    done = ctx.Event()
-    reader = ctx.Process(target=read_seeded_entries, args=(root, done, reads))
-    workers = [ctx.Process(target=seed_and_publish, args=(root, source, out)) for _ in range(3)]
-    reader.start()
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join(120)
-    done.set()
-    outcomes = sorted(out.get(timeout=10) for _ in workers)
+    outcomes, seen = race(root, read_seeded_entries, seed_and_publish, [(source,)] * 3)
     assert outcomes.count("built and published") == 1
-    reader.join(60)
-    assert reads.get(timeout=10) == "whole"
+    assert seen == "whole"
     entry = Path(root) / "same-key" / "vllm" / "modelinfos" / MODELINFO
     assert json.loads(entry.read_text())["modelinfo"]["architecture"] == "Qwen3VL"
     assert not list(entry.parent.glob(".*.part"))  # no copy left half-way

@@ -206,6 +206,11 @@ def client_env(s3: LoopbackS3, router: Router, **extra: str) -> dict[str, str]:
     return env | {"LOG_LEVEL": "WARNING", "PYTHONPATH": here} | extra
 
 
+def submit_argv(folder: Path, prefix: str, report: Path) -> list[str]:
+    """`vlm-ocr submit`'s arguments for the folder's documents under `prefix`."""
+    return [str(folder), "--endpoint", "bench", "--prefix", prefix, "--report", str(report)]
+
+
 def own_settings(settings: Settings) -> dict[str, str]:
     """This command's worker settings (ENGINE, MAX_PIXELS, ...), for the worker processes."""
     return {
@@ -230,15 +235,7 @@ def resume_bench(settings: Settings, documents: int, workers: int) -> bool:
             folder = Path(tmp, "corpus")
             good = make_corpus(folder, documents)
             report = Path(tmp, "corpus.jsonl")
-            argv = [
-                str(folder),
-                "--endpoint",
-                "bench",
-                "--prefix",
-                "bench",
-                "--report",
-                str(report),
-            ]
+            argv = submit_argv(folder, "bench", report)
             cenv = client_env(s3, endpoint.router)
             first = run_client(argv, cenv, report, stop_at=documents // 2)
             # the stand-in cannot stop a cancelled job's worker half-way: let it end
@@ -335,15 +332,7 @@ def listing_bench(documents: int) -> None:
                 box.mkdir(parents=True, exist_ok=True)
                 (box / f"{n:05d}.pdf").write_bytes(one + f"\n% {n}\n".encode())
             report = Path(tmp, "corpus.jsonl")
-            argv = [
-                str(folder),
-                "--endpoint",
-                "bench",
-                "--prefix",
-                "listing",
-                "--report",
-                str(report),
-            ]
+            argv = submit_argv(folder, "listing", report)
             argv += ["--max-in-flight", str(16 * INSTANT_WORKERS)]
             cenv = client_env(s3, router)
             runs = [run_client(argv, cenv, report), run_client(argv, cenv, report)]

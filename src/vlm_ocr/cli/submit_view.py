@@ -14,19 +14,10 @@ from contextlib import contextmanager
 from typing import IO, Any
 
 from ..client.corpus import Progress
+from .progress import duration
 
 TERMINAL_S = 0.5
 LINE_S = 30.0
-
-
-def duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 class View:
@@ -67,7 +58,10 @@ class View:
         parts.append(f"{p.jobs_in_flight} jobs in flight")
         if p.workers is not None:
             parts.append(f"{p.workers} workers")
-        parts.append(f"{p.pages_per_s():.2f} pages/s, {duration(p.left_s())} left")
+        left = p.left_s()
+        parts.append(
+            f"{p.pages_per_s():.2f} pages/s, {'?' if left is None else duration(left)} left"
+        )
         return "; ".join(parts)
 
     def expected(self) -> int:

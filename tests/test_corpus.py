@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import json
 import os
-import socket
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -26,7 +25,7 @@ from vlm_ocr.client.report import Summary
 from vlm_ocr.client.submit import Options
 from vlm_ocr_lab.standins.loopback_s3 import LoopbackS3, s3_client
 
-from .support import png_bytes
+from .support import free_port, png_bytes
 from .support.workers import BUCKET, SAFETY_S, Workers, keys, read
 
 
@@ -314,9 +313,7 @@ def test_a_refusal_is_said_once_and_nothing_is_drawn(workers, tmp_path):
     assert "set RUNPOD_API_KEY" in done.stderr and done.stdout == ""
 
     # an endpoint that does not answer is said in one line naming what to check, at once
-    with socket.socket() as free:  # a loopback port nothing listens on once it is closed
-        free.bind(("127.0.0.1", 0))
-        base = f"http://127.0.0.1:{free.getsockname()[1]}/v2"
+    base = f"http://127.0.0.1:{free_port()}/v2"  # a loopback port nothing listens on
     done = workers.submit(str(doc), cwd=tmp_path, RUNPOD_API_BASE=base)
     assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
     assert f"GET {base}/e/health: no answer" in done.stderr and "RUNPOD_API_BASE" in done.stderr

@@ -7,6 +7,9 @@
 # (/tmp/acc/nv) ahead of the host's own where it was carried.
 # TF516=1 puts transformers 5.16.1 (/tmp/acc/tf, unpacked from its wheel) first on the engine's
 # path: vLLM 0.26's Pixtral code (LightOnOCR) imports a class transformers 5.17 renamed.
+# VLLM_USE_FLASHINFER_SAMPLER=0: FlashInfer's top-p kernel is compiled at its first use where
+# flashinfer-jit-cache is not installed (the bundle has not got it, the image's vLLM has), and a
+# failed compile kills the engine in its profiling run; so the host measures vLLM's Triton top-p.
 # The compile caches go to /runpod-volume, as on a RunPod endpoint with a network volume, so
 # they are keyed and published as the worker does there.
 A=/tmp/acc

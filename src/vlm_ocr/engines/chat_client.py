@@ -91,19 +91,19 @@ class ChatClient:
         temperature: float,
         max_tokens: int,
         top_p: float | None = None,
-        seed: int = 0,
         ignore_eos: bool = False,
         schema: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """One page's request: one user message of `content` (the page and its prompt, as the
         model's family lays them out). `ignore_eos` makes every answer exactly `max_tokens`
-        long, for benchmarks that must compare like with like."""
+        long, for benchmarks that must compare like with like. No per-request `seed`: one
+        seeded request in a batch takes the whole batch off vLLM's fused top-p sampler
+        (FlashInfer) onto the sort-based one, every decode step."""
         body: dict[str, Any] = {
             "model": model,
             "messages": [{"role": "user", "content": content}],
             "max_tokens": max_tokens,
             "temperature": temperature,
-            "seed": seed,  # retries at a raised temperature are reproducible too
             # Reasoning models (Qwen3.5 and its fine-tunes) think for minutes per page otherwise.
             "chat_template_kwargs": {"enable_thinking": False},
         }

@@ -291,7 +291,6 @@ class VlmEngine:
         png: bytes,
         prompt: Prompt,
         attempt: Attempt,
-        seed: int = 0,
         *,
         max_tokens: int | None = None,
     ) -> Completion:
@@ -305,7 +304,6 @@ class VlmEngine:
             temperature=attempt.temperature,
             top_p=attempt.top_p,
             max_tokens=max_tokens or exact or self.max_tokens,
-            seed=seed,
             ignore_eos=bool(exact) and max_tokens is None,
             schema=prompt.schema,
         )
@@ -352,7 +350,7 @@ class VlmEngine:
         where = Page(page.width, page.height, page.pdf_size)
         for n, attempt in enumerate(self.attempts, 1):
             try:
-                answer = await self.ask(page.png, prompt, attempt, seed=n)
+                answer = await self.ask(page.png, prompt, attempt)
             except EngineError as exc:
                 exc.tries += tries  # the page's earlier attempts count too
                 raise
@@ -430,7 +428,6 @@ class VlmEngine:
                 "max_tokens": self.max_tokens,
                 "repetition_detection": REPETITION_DETECTION,
                 "thinking": False,
-                "seed": "attempt number",
                 **(
                     {"exact_output_tokens": self.options.exact_output_tokens}
                     if self.options.exact_output_tokens

@@ -250,6 +250,25 @@ def test_vllms_gauges_go_into_the_row_as_medians_over_the_busy_samples(tmp_path)
     assert gpu_check.gauges("t=     0s running=0 waiting=0 kv=0%\n") is None
 
 
+def test_the_engines_step_rate_joins_the_gauges_where_the_sampler_read_vllms_counters() -> None:
+    # lines as dev/gpu/metrics.py prints them once it has read vLLM's counters twice
+    tail = " vllm_processes=5 open_files=300 limit=20000"
+    metrics = (
+        f"t=     0s running=0 waiting=0 kv=0%{tail}\n"
+        f"t=    10s running=256 waiting=60 kv=20%{tail} prompt_tok/s=9000 output_tok/s=5800 "
+        "steps/s=22.5 tok/step=660 itl_ms=44.1\n"
+        f"t=    20s running=256 waiting=58 kv=24%{tail} prompt_tok/s=8000 output_tok/s=6000 "
+        "steps/s=23.0 tok/step=610 itl_ms=43.0\n"
+        f"t=    30s running=40 waiting=0 kv=5%{tail} prompt_tok/s=0 output_tok/s=0 steps/s=0.0 "
+        "tok/step=0 itl_ms=0.0\n"
+    )
+    assert gpu_check.gauges(metrics) == (
+        "running 256 (40-256), waiting 58 (0-60), KV 20 % (5-24 %): medians over 3 samples with "
+        "requests; output tokens/s 5800 (5800-6000), engine steps/s 22.5 (22.5-23), time between "
+        "tokens 43 ms (43-44.1 ms) over 2 samples"
+    )
+
+
 def test_the_plan_of_a_call_on_the_host_knows_what_started_fresh_there(capsys) -> None:
     data = ["--data", str(ROOT / "benchmarks/gpu.jsonl")]
     assert gpu_check.main(["plan", "600", "olmocr:warm", "--on-host", *data]) == 0

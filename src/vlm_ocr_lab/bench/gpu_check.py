@@ -287,24 +287,42 @@ def summary(rows: list[measured.Run]) -> str:
 
 # A line of dev/gpu/metrics.py: `t=    30s running=256 waiting=0 kv=12% vllm_processes=...`
 _GAUGES = re.compile(r"running=(\d+) waiting=(\d+) kv=(\d+)%")
+# The counters' rates of dev/gpu/metrics.py, on the lines that have them
+_RATES = re.compile(
+    r"running=(\d+) .*output_tok/s=(\d+) steps/s=([\d.]+) tok/step=(\d+) itl_ms=([\d.]+)"
+)
 
 
 def gauges(metrics: str) -> str | None:
     """What vLLM's gauges showed while the engine had requests: each gauge's median and range
-    over those samples (none: it never had any)."""
+    over those samples (none: it never had any); then, where the sampler read vLLM's counters,
+    the engine's output tokens a second, its steps a second and the mean time between two
+    tokens of a request over the samples that ran requests throughout."""
     busy = [tuple(map(int, m)) for m in _GAUGES.findall(metrics) if int(m[0]) > 0]
     if not busy:
         return None
 
-    def gauge(i: int, unit: str = "") -> str:
-        values = [sample[i] for sample in busy]
+    def median(values: list[float] | list[int], unit: str = "") -> str:
         lo, mid, hi = min(values), statistics.median_low(values), max(values)
-        return f"{mid}{unit}" + ("" if lo == hi else f" ({lo}-{hi}{unit})")
+        fmt = "{:g}".format
+        return fmt(mid) + unit + ("" if lo == hi else f" ({fmt(lo)}-{fmt(hi)}{unit})")
 
-    return (
-        f"running {gauge(0)}, waiting {gauge(1)}, KV {gauge(2, ' %')}: medians over "
-        f"{len(busy)} samples with requests"
+    said = (
+        f"running {median([b[0] for b in busy])}, waiting {median([b[1] for b in busy])}, "
+        f"KV {median([b[2] for b in busy], ' %')}: medians over {len(busy)} samples with requests"
     )
+    rates = [
+        (int(out), float(steps), float(itl))
+        for running, out, steps, _, itl in _RATES.findall(metrics)
+        if int(running) > 0 and float(steps) > 0
+    ]
+    if rates:
+        said += (
+            f"; output tokens/s {median([r[0] for r in rates])}, engine steps/s "
+            f"{median([r[1] for r in rates])}, time between tokens "
+            f"{median([r[2] for r in rates], ' ms')} over {len(rates)} samples"
+        )
+    return said
 
 
 def add_gauges(metrics: Path, row_file: Path) -> str | None:

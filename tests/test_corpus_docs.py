@@ -44,3 +44,18 @@ def test_a_row_sizes_the_corpus_from_the_pace_and_the_price_of_the_run() -> None
         "150 s |"
     )
     assert corpus_docs.row("chandra", rows).startswith("| `chandra` | not measured |")
+
+
+def test_a_family_is_sized_by_its_first_checkpoint_not_its_newest_run() -> None:
+    # LightOnOCR-3's 4B measured after its 0.8B: the family's row stays the 0.8B's, the
+    # checkpoint it is served with unless MODEL_NAME names another
+    small = "lightonai/LightOnOCR-3-0.8B"
+    rows = [
+        _run(family="lighton-ocr-3", model=small, pages_per_s=9.0, engine_ready_s=270.0),
+        _run(family="lighton-ocr-3", model="lightonai/LightOnOCR-3-4B", pages_per_s=6.0,
+             engine_ready_s=280.0),
+    ]  # fmt: skip
+    line = corpus_docs.row("lighton-ocr-3", rows)
+    assert "| 9 |" in line and line.endswith("| 270 s |")
+    # a family measured only on another checkpoint is sized by that one
+    assert "| 6 |" in corpus_docs.row("lighton-ocr-3", rows[1:])

@@ -19,18 +19,24 @@ PAGES = 100_000  # the corpus a row prices
 DAY_PAGES = 1_000_000  # the corpus a row sizes a fleet for, to be read in a day
 
 
+def defaults_of(family: str, rows: list[measured.Run]) -> list[measured.Run]:
+    """A family's runs at its defaults, of its first checkpoint (the one the family is served
+    with unless told otherwise) where it has any: a family's other sizes are not its pace."""
+    mine = [r for r in rows if r.family == family and r.at_defaults]
+    checkpoints = FAMILIES[family].checkpoints
+    first = [r for r in mine if checkpoints and r.model == checkpoints[0].repo]
+    return first or mine
+
+
 def paced(family: str, rows: list[measured.Run]) -> measured.Run | None:
     """The newest run of a family at its defaults that has a pace (fresh or warm)."""
-    found = [r for r in rows if r.family == family and r.at_defaults and r.pages_per_s]
+    found = [r for r in defaults_of(family, rows) if r.pages_per_s]
     return found[-1] if found else None
 
 
 def started(family: str, rows: list[measured.Run]) -> measured.Run | None:
     """The newest fresh start of a family at its defaults (its engine's time to ready)."""
-    found = [
-        r for r in rows if r.family == family and r.at_defaults and r.start == "fresh"
-        and r.engine_ready_s
-    ]  # fmt: skip
+    found = [r for r in defaults_of(family, rows) if r.start == "fresh" and r.engine_ready_s]
     return found[-1] if found else None
 
 

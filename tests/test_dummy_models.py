@@ -94,9 +94,7 @@ def test_vllm_configures_an_engine_for_every_dummy_folder(tmp_path: Path) -> Non
         assert quant == QUANT_CONFIG[method], folder
 
 
-def test_an_awq_checkpoint_leaves_its_vision_tower_unquantized_where_groups_cannot_divide_it() -> (
-    None
-):
+def test_an_awq_checkpoint_keeps_a_vision_tower_its_groups_cannot_divide_unquantized() -> None:
     # vLLM 0.32 refused the AWQ example at its model load on the GPU host ("The input size is not
     # aligned with the quantized weight shape"): Qwen3-VL's vision MLP is 1152 -> 4304 -> 1152,
     # and 4304 is no multiple of 128. The published checkpoints keep the tower in 16 bits and

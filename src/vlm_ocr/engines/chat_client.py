@@ -98,7 +98,7 @@ class ChatClient:
         model's family lays them out). `ignore_eos` makes every answer exactly `max_tokens`
         long, for benchmarks that must compare like with like. No per-request `seed`: one
         seeded request in a batch takes the whole batch off vLLM's fused top-p sampler
-        (FlashInfer) onto the sort-based one, every decode step."""
+        (FlashInfer) onto its unfused top-p path, every decode step."""
         body: dict[str, Any] = {
             "model": model,
             "messages": [{"role": "user", "content": content}],

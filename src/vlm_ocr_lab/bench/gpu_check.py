@@ -297,7 +297,7 @@ def gauges(metrics: str) -> str | None:
     """What vLLM's gauges showed while the engine had requests: each gauge's median and range
     over those samples (none: it never had any); then, where the sampler read vLLM's counters,
     the engine's output tokens a second, its steps a second and the mean time between two
-    tokens of a request over the samples that ran requests throughout."""
+    tokens of a request, over the samples that had requests and steps."""
     busy = [tuple(map(int, m)) for m in _GAUGES.findall(metrics) if int(m[0]) > 0]
     if not busy:
         return None

@@ -17,6 +17,7 @@ from vlm_ocr.engines.families import FAMILIES, AnswerError, Page, Reading, detec
 from vlm_ocr.engines.families.chandra import Chandra
 from vlm_ocr.engines.families.dots import DotsOcr
 from vlm_ocr.engines.families.lighton import LightOnOcr
+from vlm_ocr.engines.families.lighton3 import LightOnOcr3
 from vlm_ocr.engines.families.olmocr import OlmOcr
 from vlm_ocr.engines.families.qwen import Qwen35, QwenVl, smart_resize
 from vlm_ocr.engines.gpu import GpuFacts
@@ -178,15 +179,35 @@ def test_each_family_is_served_with_its_makers_flags(
 
 def test_each_family_sizes_its_pages_as_its_makers_do() -> None:
     a4 = (595, 842)  # points
-    assert OlmOcr().budget(1_600_000).size_for(*a4, pdf=True) == (910, 1288)
+    # each on the grid its processor resizes to (28 px: Qwen2.5-VL's and dots.ocr's patch 14,
+    # merged 2x2; 32 px: Qwen3-VL's 16), Pixtral's (LightOnOCR 2) as its makers draw it
+    assert OlmOcr().budget(1_600_000).size_for(*a4, pdf=True) == (896, 1288)
     assert LightOnOcr().budget(1_600_000).size_for(*a4, pdf=True) == (1088, 1540)
     w, h = Chandra().budget(1_600_000).size_for(*a4, pdf=True)  # 192 dpi, on a 28 px grid
     assert (w % 28, h % 28) == (0, 0) and abs(w - 595 * 192 / 72) < 28
-    assert DotsOcr().budget(1_600_000).size_for(*a4, pdf=True) == (1653, 2339)  # 200 dpi
-    assert QwenVl().budget(1_600_000).size_for(*a4, pdf=True)[0] * 1 <= 1_600_000
-    # a small image: Chandra raises its shorter side to 1,024 px; the others leave it
+    assert DotsOcr().budget(1_600_000).size_for(*a4, pdf=True) == (1652, 2352)  # 200 dpi
+    assert QwenVl().budget(1_600_000).size_for(*a4, pdf=True) == (1056, 1504)  # 1.6 MP at most
+    # a small image: Chandra raises its shorter side to 1,024 px; the others put it on their grid
     assert min(Chandra().budget(0).size_for(500, 700)) >= 1008
-    assert OlmOcr().budget(0).size_for(500, 700) == (500, 700)
+    assert OlmOcr().budget(0).size_for(500, 700) == (504, 700)
+
+
+def test_a_page_reaches_a_qwen_processor_on_its_grid_so_nothing_resamples_it_there() -> None:
+    # The server's Qwen-VL processor resizes an image unless it is already what its rounding
+    # gives (both sides whole cells, the area within its bounds): then vLLM's API server skips the
+    # resampling, a third of its CPU a page at 2,048 px. Pages of every shape, PDF and image.
+    pages = [((595, 842), True), ((612, 792), True), ((842, 595), True), ((300, 2000), True),
+             ((500, 700), False), ((3000, 4000), False), ((4032, 3024), False)]  # fmt: skip
+    families = [QwenVl(), QwenVl("qwen2_5_vl"), OlmOcr(), DotsOcr(), LightOnOcr3("qwen3_5")]
+    for family in families:
+        budget = family.budget(1_600_000)
+        assert budget.grid == family.patch, family.name
+        for (width, height), pdf in pages:
+            size = budget.size_for(width, height, pdf=pdf)
+            assert size == smart_resize(*size, family.patch, 3136, budget.max_pixels), (
+                family.name,
+                size,
+            )
 
 
 def test_each_family_lays_out_its_request_as_its_makers_do() -> None:

@@ -57,7 +57,7 @@ GROUNDED = """![header](80,30,920,50) Journal of Tests, Vol. 3
 
 ![page_number](480,965,520,980) 1
 """
-A4 = (1448, 2048)  # an A4 page drawn 2,048 px on its longest side, as the worker renders it
+A4 = (1440, 2048)  # an A4 page drawn 2,048 px on its longest side, on its processor's 32 px grid
 
 
 class Fake:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import itertools
 from pathlib import Path
 
@@ -112,3 +113,19 @@ def test_bad_images() -> None:
         render_image(bomb, BUDGET, 50_000_000)
     with pytest.raises(PageError, match="aspect ratio over 1:50; crop it"):
         render_image(png_bytes(Image.new("L", (6000, 40), 255)), BUDGET, 10**8)
+
+
+def test_a_page_on_a_grid_is_drawn_straight_at_its_size_not_resampled(as_file) -> None:
+    # A4 at 2,048 px on the longest side on a 32 px grid: 1,440 x 2,048, the shorter side at
+    # its own scale. Drawn so, it is what MuPDF draws at that matrix, pixel for pixel; a page
+    # drawn at one scale and resampled to the grid would differ at every glyph's edges.
+    import pymupdf
+
+    pdf = samples.pdf_from_pages(samples.numbered_pages(1))
+    page = render_pdf_page(as_file(pdf), 1, Budget(2048 * 2048, max_side=2048, grid=32))
+    assert (page.width, page.height) == (1440, 2048)
+    doc = pymupdf.open(stream=pdf, filetype="pdf")
+    rect = doc[0].rect
+    pix = doc[0].get_pixmap(matrix=pymupdf.Matrix(1440 / rect.width, 2048 / rect.height))
+    drawn = Image.frombytes("RGB", (pix.width, pix.height), pix.samples)
+    assert Image.open(io.BytesIO(page.png)).convert("RGB").tobytes() == drawn.tobytes()

@@ -61,6 +61,11 @@ class Budget:
         whichever side keeps the aspect ratio closer."""
         g = self.grid or 1
         cols, rows = max(1, round(width / g)), max(1, round(height / g))
+        if self.max_side:  # rounding never takes a side past the longest allowed
+            cols, rows = (
+                min(cols, max(1, self.max_side // g)),
+                min(rows, max(1, self.max_side // g)),
+            )
         aspect = width / height
         while cols * rows * g * g > self.max_pixels and (cols > 1 or rows > 1):
             if cols == 1:

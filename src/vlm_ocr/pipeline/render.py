@@ -99,16 +99,21 @@ def render_pdf_page(path: str, number: int, budget: Budget) -> PageImage:
 
 
 def draw_page(page: pymupdf.Page, budget: Budget) -> PageImage:
-    """One PDF page as the budget says: drawn at its scale (600 dpi at most), then fitted to the
-    grid when the budget has one; with its size in points and its own text layer."""
+    """One PDF page as the budget says: at its scale (600 dpi at most), on the grid when the
+    budget has one; with its size in points and its own text layer. A page on a grid is drawn
+    straight at its size, each side to its own scale (at most a grid cell apart), so nothing
+    resamples its pixels, here or in the engine's processor."""
     rect = page.rect
     zoom = min(budget.scale_for(rect.width, rect.height, pdf=True), MAX_PDF_ZOOM)
-    pix = page.get_pixmap(matrix=pymupdf.Matrix(zoom, zoom), alpha=False)
-    pixels = Image.frombytes("RGB", (pix.width, pix.height), pix.samples)
+    matrix = pymupdf.Matrix(zoom, zoom)
+    size = None
     if budget.grid:
-        size = budget.snap(pix.width, pix.height)
-        if size != pixels.size:
-            pixels = pixels.resize(size, Image.Resampling.LANCZOS)
+        size = budget.snap(max(1, round(rect.width * zoom)), max(1, round(rect.height * zoom)))
+        matrix = pymupdf.Matrix(size[0] / rect.width, size[1] / rect.height)
+    pix = page.get_pixmap(matrix=matrix, alpha=False)
+    pixels = Image.frombytes("RGB", (pix.width, pix.height), pix.samples)
+    if size and size != pixels.size:  # MuPDF rounded a side the other way
+        pixels = pixels.resize(size, Image.Resampling.LANCZOS)
     text = page.get_text("text")[:MAX_TEXT_LAYER_CHARS].strip()
     return PageImage.of(
         pixels, scanned=not text, pdf_size=(rect.width, rect.height), text_layer=text

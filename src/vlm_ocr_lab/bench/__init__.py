@@ -1,7 +1,7 @@
 """`vlm-ocr-lab bench`: its arguments, and which benchmark they pick: the pipeline's pages/s and
 time per stage (`bench`), the worker's peak memory (`bench --memory`), what page structure costs
-(`layout_bench`), a document spread over local workers (`fanout_bench`), or a corpus
-stopped and run again (`corpus`)."""
+(`layout_bench`), a document spread over local workers (`fanout_bench`), a corpus
+stopped and run again (`corpus`), or what vLLM's API servers spend on a page (`frontend`)."""
 
 from __future__ import annotations
 
@@ -146,6 +146,12 @@ def _other_benchmarks(p: argparse.ArgumentParser) -> None:
         "--pages scanned pages, default 24)",
     )
     p.add_argument(
+        "--front-end",
+        action="store_true",
+        help="the CPU vLLM's API servers spend preparing one page, drawn on the family's grid "
+        "and off it (ENGINE=vllm; --pages requests each, default 16)",
+    )
+    p.add_argument(
         "--instant-engine",
         action="store_true",
         help="the soak: an OpenAI-compatible server on loopback that answers at once (ENGINE="
@@ -181,6 +187,10 @@ def bench_command(settings: Settings, args: argparse.Namespace) -> int:
         from vlm_ocr_lab.bench.layout import layout_main
 
         return asyncio.run(layout_main(settings, args.pages or 24))
+    if args.front_end:
+        from vlm_ocr_lab.bench.frontend import frontend_main
+
+        return asyncio.run(frontend_main(settings, args.pages or 16))
     if args.corpus:
         from vlm_ocr_lab.bench.corpus import corpus_main
 

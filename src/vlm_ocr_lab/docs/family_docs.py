@@ -59,8 +59,9 @@ def _and(names: list[str]) -> str:
 
 def page_size(budget: Budget) -> str:
     """How a family draws its pages, from its budget at the default `MAX_PIXELS`."""
-    if budget == Budget(MAX_PIXELS):
-        return f"`MAX_PIXELS` ({MAX_PIXELS:,} px)"
+    if budget.max_pixels == MAX_PIXELS and not (budget.dpi or budget.min_side or budget.max_side):
+        grid = f", on a {budget.grid} px grid" if budget.grid else ""
+        return f"`MAX_PIXELS` ({MAX_PIXELS:,} px){grid}"
     parts = [f"{budget.dpi:g} dpi"] if budget.dpi else []
     if budget.min_side:
         parts.append(f"at least {budget.min_side:,} px a side")

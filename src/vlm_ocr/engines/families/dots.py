@@ -75,7 +75,7 @@ class DotsOcr(Family):
     )
 
     def budget(self, max_pixels: int) -> Budget:
-        return Budget(MAX_PIXELS, dpi=200)
+        return Budget(MAX_PIXELS, dpi=200, grid=self.grid)
 
     def limit_mm_per_prompt(self) -> dict[str, int]:
         return {"image": 1}

@@ -70,6 +70,10 @@ class LightOnOcr(Family):
         side = self.LONGEST_SIDE
         return Budget(side * side, max_side=side)
 
+    @property
+    def grid(self) -> int | None:
+        return None  # Pixtral's processor rounds each side up to its own patch: as drawn
+
     def limit_mm_per_prompt(self) -> dict[str, int]:
         return {"image": 1}
 

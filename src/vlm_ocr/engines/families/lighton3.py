@@ -161,7 +161,12 @@ class LightOnOcr3(Family):
     def budget(self, max_pixels: int) -> Budget:
         # a PDF page drawn to the longest side, an image only made smaller: as their client does
         side = PIXTRAL_SIDE if self.pixtral else QWEN35_SIDE
-        return Budget(side * side, max_side=side)
+        return Budget(side * side, max_side=side, grid=self.grid)
+
+    @property
+    def grid(self) -> int | None:
+        # Pixtral's processor rounds each side up to its own patch: its pages go as drawn
+        return None if self.pixtral else self.patch
 
     def limit_mm_per_prompt(self) -> dict[str, int]:
         return {"image": 1}

@@ -59,7 +59,7 @@ class OlmOcr(Family):
 
     def budget(self, max_pixels: int) -> Budget:
         side = self.LONGEST_SIDE
-        return Budget(side * side, max_side=side)
+        return Budget(side * side, max_side=side, grid=self.grid)
 
     def processor_kwargs(self, max_pixels: int) -> dict[str, Any] | None:
         return None  # Qwen2.5-VL's processor as it ships: its pages are well inside its bounds

@@ -148,8 +148,8 @@ def _other_benchmarks(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--front-end",
         action="store_true",
-        help="the CPU vLLM's API servers spend preparing one page, drawn on the family's grid "
-        "and off it (ENGINE=vllm; --pages requests each, default 16)",
+        help="the CPU time vLLM's API servers spend preparing one page, drawn on the family's "
+        "grid and off it (ENGINE=vllm; --pages requests each, default 16)",
     )
     p.add_argument(
         "--instant-engine",

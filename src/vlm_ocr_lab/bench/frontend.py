@@ -1,4 +1,4 @@
-"""`vlm-ocr-lab bench --front-end`: the CPU vLLM's API servers spend preparing one page.
+"""`vlm-ocr-lab bench --front-end`: the CPU time vLLM's API servers spend preparing one page.
 
 On vLLM 0.32 each API server decodes and prepares the page images on one thread, before the engine
 sees them; for a small model that front end, not the GPU, can bound pages/s. The worker starts its

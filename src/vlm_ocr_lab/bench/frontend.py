@@ -18,6 +18,7 @@ its real processor config will do.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import subprocess
@@ -30,20 +31,17 @@ from vlm_ocr.images import Budget, PageImage
 from vlm_ocr.pipeline.render import render_pdf_page
 from vlm_ocr.pipeline.worker import start_worker
 from vlm_ocr.settings import EngineKind, Settings
+from vlm_ocr_lab.bench.pipeline import cpu_seconds
 
 
 def group_cpu_s(pgid: int) -> float:
     """CPU seconds (user and system) of the live processes of a process group."""
-    total = 0.0
-    tick = os.sysconf("SC_CLK_TCK")
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid:  # fields after the name: state, ppid, pgrp, ...
-            total += (int(fields[11]) + int(fields[12])) / tick
-    return total
+    pids = []
+    for pid in map(int, filter(str.isdigit, os.listdir("/proc"))):
+        with contextlib.suppress(OSError):  # gone since the listing
+            if os.getpgid(pid) == pgid:
+                pids.append(pid)
+    return cpu_seconds(pids)
 
 
 def pages_of(budget: Budget) -> dict[str, PageImage]:

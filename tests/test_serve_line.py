@@ -127,9 +127,14 @@ def test_start_modes_in_the_serve_line(capsys, monkeypatch, family: str) -> None
     config = flag(throughput, "--compilation-config")
     assert config is not None and "--optimization-level" not in throughput
     assert '"cudagraph_capture_sizes": [1, 2, 4, 8, 16, 32, 64, 96, 128' in config
+    assert "=" not in throughput[0]  # Triton's autotuners at work, their results kept
     monkeypatch.setenv("START_MODE", "fast")
     fast = serve_lines(capsys, family, "--gpus", "1")["engine"]
     assert flag(fast, "--optimization-level") == "0"  # no torch.compile, no autotuning
+    assert fast[0] == "VLLM_TRITON_FORCE_FIRST_CONFIG=1"  # not Triton's either
+    monkeypatch.setenv("TRITON_AUTOTUNE", "true")
+    assert serve_lines(capsys, family, "--gpus", "1")["engine"] == fast[1:]
+    monkeypatch.setenv("TRITON_AUTOTUNE", "")
     assert flag(fast, "--compilation-config") == (
         '{"cudagraph_mode": "FULL_DECODE_ONLY", '
         '"cudagraph_capture_sizes": [1, 2, 4, 8, 16, 32, 64, 128, 256]}'

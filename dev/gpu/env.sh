@@ -35,6 +35,15 @@ esac
 printf '#!/bin/sh\n%sPYTHONPATH=%s exec python3 "$@"\n' "$engine_ld" "$engine_path" > $A/vllm-python
 chmod +x $A/vllm-python
 mkdir -p /runpod-volume
+# The image's seed of vLLM's model-class inspection (builder/seed_vllm_cache.py; the Dockerfile
+# makes it at build), so a fresh start here skips that step as the image's does. Made off the host
+# with the CPU build of the same vLLM (the entries are keyed by the model modules' source):
+#   .venv-engine/bin/python builder/seed_vllm_cache.py --out .gpu-bundle/vllm-cache-seed examples/
+# and carried with a chunk (it is a few kilobytes).
+if [ -d .gpu-bundle/vllm-cache-seed/modelinfos ] && [ ! -d $A/seed ]; then
+  cp -r .gpu-bundle/vllm-cache-seed $A/seed
+fi
+[ -d $A/seed ] && export VLLM_CACHE_SEED=$A/seed
 if [ -n "${CACHE_DIR:-}" ]; then  # every cache in one folder given by hand (as set, not keyed)
   export VLLM_CACHE_ROOT=$CACHE_DIR/vllm TORCHINDUCTOR_CACHE_DIR=$CACHE_DIR/inductor \
     TRITON_CACHE_DIR=$CACHE_DIR/triton FLASHINFER_WORKSPACE_BASE=$CACHE_DIR/flashinfer \

@@ -463,6 +463,14 @@ class VllmSettings(Group):
         "and CUDA graphs of whole decode steps at powers of two only, for bursty traffic that "
         "pays a cold start often (docs/models.md, Cold start, says what is measured of it).",
     )
+    triton_autotune: bool | None = Field(
+        None,
+        description="Whether vLLM autotunes its Triton kernels: those of the gated-delta-net "
+        "layers of the Qwen3.5-based families, most of their first start's profiling run, the "
+        "results kept on the network volume for the next start; `false` runs each kernel at its "
+        "first valid configuration (`VLLM_TRITON_FORCE_FIRST_CONFIG`). Unset: on with "
+        "`START_MODE=throughput`, off with `fast`.",
+    )
     api_server_count: int = Field(
         0,
         ge=0,

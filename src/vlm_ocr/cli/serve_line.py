@@ -44,12 +44,13 @@ def spec_for(sized: Sizing, per_gpu: float, gpus: int, capability: float, cpus: 
 
 
 def serve_lines(spec: ServeSpec) -> list[str]:
-    """The `vllm serve` line of each process the worker would start (ports as the worker would
-    pick them: here fixed)."""
-    from ..engines.vllm.argv import launch_argvs
+    """The `vllm serve` line of each process the worker would start, with the variables it
+    sets for them (ports as the worker would pick them: here fixed)."""
+    from ..engines.vllm.argv import engine_env, launch_argvs
 
     argvs = launch_argvs(spec, port=8000, rpc_port=8100)
-    return [f"# {ROLES[role]}\n{shlex.join(argv)}" for role, argv in argvs.items()]
+    env = "".join(f"{name}={shlex.quote(value)} " for name, value in engine_env(spec.vllm).items())
+    return [f"# {ROLES[role]}\n{env}{shlex.join(argv)}" for role, argv in argvs.items()]
 
 
 def seqs_note(spec: ServeSpec, check: Plan) -> str:

@@ -79,6 +79,18 @@ def compilation_args(vllm: VllmSettings, max_num_seqs: int) -> list[str]:
     return ["--compilation-config", json.dumps({"cudagraph_capture_sizes": sizes})]
 
 
+def engine_env(vllm: VllmSettings) -> dict[str, str]:
+    """Variables vLLM's processes are started with, beside its flags. `TRITON_AUTOTUNE`:
+    vLLM's Triton autotuners (the gated-delta-net layers' chunked prefill kernels; no other
+    family's autotuned kernel runs) compile and time every configuration of each kernel at its
+    first call, most of the profiling run of a fresh start; forced to their first valid
+    configuration they compile one."""
+    autotune = vllm.triton_autotune
+    if autotune is None:
+        autotune = vllm.start_mode is StartMode.THROUGHPUT
+    return {} if autotune else {"VLLM_TRITON_FORCE_FIRST_CONFIG": "1"}
+
+
 # One API server decoded and preprocessed about 6 MP of page images a second on an H200 host:
 # 3.5 MP pages (a layout model's) ran at 1.80 pages/s through one and 4.03 through four, where the
 # GPU took over. So one per megapixel of the family's page budget, within what the CPUs leave: the

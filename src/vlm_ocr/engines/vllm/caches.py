@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...settings import VllmSettings
-from .argv import ServeSpec, server_argv
+from .argv import ServeSpec, engine_env, server_argv
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,8 @@ COMPLETE = ".complete"
 
 
 def cache_key(spec: ServeSpec, vllm_version: str, environ: Mapping[str, str]) -> str:
-    """`<model>-<digest>`: the folder name of the caches for one way of starting vLLM."""
+    """`<model>-<digest>`: the folder name of the caches for one way of starting vLLM (its
+    flags, GPUs, version, and vLLM's variables: the worker's own and those of `environ`)."""
     argv = [*server_argv(spec, 0), "--data-parallel-size", str(spec.data_parallel_size)]
     flags, skip = [], False
     for arg in argv[1:]:  # not the interpreter's path
@@ -106,7 +107,7 @@ def cache_key(spec: ServeSpec, vllm_version: str, environ: Mapping[str, str]) ->
         flags.append(arg)
     variables = {
         k: v
-        for k, v in environ.items()
+        for k, v in (engine_env(spec.vllm) | dict(environ)).items()
         if (k.startswith("VLLM_") and k not in NOT_IN_KEY) or k in MEMORY_VARIABLES
     }
     doc = {

@@ -38,7 +38,7 @@ from ...loopback import port_taken, private_port
 from ..families import Family, detect
 from ..model_download import ensure_model
 from ..model_files import ModelFiles
-from .argv import ServeSpec, launch_argvs
+from .argv import ServeSpec, engine_env, launch_argvs
 from .caches import VolumeCache, cache_key, seed, vllm_cache_root
 from .logs import (
     StartLog,
@@ -179,6 +179,9 @@ class VllmServer:
         self.facts["api_server_count"] = self.spec.api_server_count
         self.facts["renderer_num_workers"] = self.spec.renderer_num_workers
         self.facts["start_mode"] = self.spec.vllm.start_mode.value
+        forced = self.child_env().get("VLLM_TRITON_FORCE_FIRST_CONFIG", "").strip().lower()
+        forced = forced in ("1", "true")  # as vLLM reads it
+        self.facts["triton_autotune"] = "off (first valid config)" if forced else "on"
         self.facts["pid"] = self.proc.pid if self.proc else None
         self.facts["cold_start"] = self._cold_start()
         log.info("engine start, by vLLM's log: %s", self.start_log.summary())
@@ -353,7 +356,7 @@ class VllmServer:
                 env["HF_HUB_CACHE"] = self.downloaded["hub_cache"]
             else:
                 env["HF_HOME"] = self.downloaded["home"]
-        for name, value in self.cache_env.items():
+        for name, value in (engine_env(self.spec.vllm) | self.cache_env).items():
             env.setdefault(name, value)
         return env
 

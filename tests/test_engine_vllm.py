@@ -590,3 +590,27 @@ def test_two_workers_starting_at_once_on_one_volume_and_a_third_after_them(
         assert cold["redone_on_warm_caches"][0].startswith("torch.compile (miss: ")
     else:
         assert "redone_on_warm_caches" not in cold
+
+
+def test_the_sampler_bench_times_vllms_own_top_p_filter() -> None:
+    # dev/gpu/sampler_bench.py, run on the GPU host, on the engine's build here: each case is
+    # timed or says why it cannot run (the CPU build has neither Triton kernels nor FlashInfer)
+    script = ROOT / "dev/gpu/sampler_bench.py"
+    args = ["--device", "cpu", "--vocab", "4096", "--batches", "4", "--top-p", "0.9"]
+    run = subprocess.run(
+        [str(ENGINE_PYTHON), str(script), *args, "--repeat", "2"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    lines = run.stdout.splitlines()
+    for kind in ("flat", "peaked"):
+        assert any(
+            re.fullmatch(rf"batch +4 {kind} +softmax \+ sample +\d+\.\d{{3}}", x) for x in lines
+        )
+        timed = rf"batch +4 {kind} +top-p, PyTorch +p=0\.9 +\d+\.\d{{3}}"
+        assert any(re.fullmatch(timed, line) for line in lines), run.stdout
+        for name in ("Triton", "FlashInfer"):
+            said = rf"batch +4 {kind} +top-p, {name} +p=0\.9: (not loaded|failed) \(.+\)"
+            assert any(re.fullmatch(said, line) for line in lines), run.stdout

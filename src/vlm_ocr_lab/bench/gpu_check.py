@@ -40,7 +40,9 @@ PASS_S = 30.0  # each pass (worker, direct) at least this long at the model's pa
 PAGE_STEP = 32  # pages in steps of this (two jobs of equal halves)
 # A pass no longer than the engine's sequences is one wave: every page starts at once and the
 # slowest decides (LightOnOCR-3-0.8B's 320 pages at 256 sequences read 0.70 of the direct path).
-# Two waves show the refill, where they take at most WAVE_PASS_S at the model's pace.
+# Two waves show the refill, where they take at most WAVE_PASS_S at the model's pace; one wave,
+# every sequence busy, is the least a pass has (Qwen3-VL-32B's 192 pages kept 192 of its 256
+# sequences running: a pace of the engine part-full).
 WAVES = 2
 WAVE_PASS_S = 60.0
 H200_GIB = 139.0  # the GPU host's card: MAX_NUM_SEQS=0 gives its engine this many sequences
@@ -209,8 +211,10 @@ def step(spec: str, rows: list[measured.Run], vllm: str = "") -> Step:
 
 def pages_for(pages_per_s: float) -> int:
     """The fewest pages, in steps of PAGE_STEP, that keep a pass PASS_S long at this pace and
-    fill the engine's sequences WAVES times where that is a pass of at most WAVE_PASS_S."""
-    waves = min(WAVES * default_max_num_seqs(H200_GIB), math.floor(WAVE_PASS_S * pages_per_s))
+    fill the engine's sequences once, and WAVES times where that is a pass of at most
+    WAVE_PASS_S."""
+    seqs = default_max_num_seqs(H200_GIB)
+    waves = max(seqs, min(WAVES * seqs, math.floor(WAVE_PASS_S * pages_per_s)))
     want = max(MIN_PAGES, math.ceil(PASS_S * pages_per_s), waves)
     return min(MAX_PAGES, math.ceil(want / PAGE_STEP) * PAGE_STEP)
 

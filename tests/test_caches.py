@@ -78,7 +78,7 @@ def key(
         {"data_parallel_size": 1},
         {"cuda_graph_sizes": "1,8,64"},
         {"start_mode": "fast"},
-        {"triton_autotune": False},  # kernels tuned or not
+        {"triton_autotune": True},  # kernels tuned or not
         {"enforce_eager": True},
         {"gdn_prefill_backend": "flashinfer"},
         {"gpu_memory_utilization": 0.8},

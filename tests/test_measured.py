@@ -60,6 +60,26 @@ def test_the_latest_run_at_defaults_is_told_from_one_with_overrides() -> None:
     assert measured.latest("g", rows=rows) is None
 
 
+def test_a_run_that_set_what_is_now_the_default_ran_at_the_defaults() -> None:
+    # TRITON_AUTOTUNE=false was set by hand before it became the default: the row keeps what
+    # ran, the tables count it at the defaults; a value off today's default stays an override
+    now_default = measured.parse(_row(overrides={"TRITON_AUTOTUNE": "false"}))
+    assert now_default.at_defaults and now_default.off_defaults == {}
+    assert now_default.overrides == {"TRITON_AUTOTUNE": "false"}
+    for kept in (
+        {"TRITON_AUTOTUNE": "true"},
+        {"MAX_NUM_SEQS": "512"},
+        {"X": 1},
+        {"MAX_NUM_SEQS": "x"},
+    ):
+        assert measured.parse(_row(overrides=kept)).off_defaults == kept
+    mixed = measured.parse(_row(overrides={"TRITON_AUTOTUNE": "false", "START_MODE": "fast"}))
+    assert mixed.off_defaults == {"START_MODE": "fast"}
+    assert measured.latest(
+        "f", rows=[measured.parse(_row(family="f", overrides={"TRITON_AUTOTUNE": "0"}))]
+    )
+
+
 def test_the_latest_run_of_one_checkpoint_of_a_family() -> None:
     rows = [
         measured.parse(_row(family="qwen-vl", model="org/AWQ", commit="a")),

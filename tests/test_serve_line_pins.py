@@ -33,10 +33,14 @@ CAPABILITY = 9.0
 
 
 def lines(capsys, config: Path) -> dict[str, list[str]]:
+    """Each process's command line by role, the variables it starts with taken off its head
+    (they are the worker's rule for every family: checked here)."""
     assert cli.main(["plan", str(config), "--serve-line"]) == 0
     out = capsys.readouterr().out
     argvs = [shlex.split(x) for x in out.splitlines() if x and not x.startswith("#")]
-    return {("engine" if "--headless" in a else "server"): a for a in argvs}
+    env = [f"{k}={v}" for k, v in serve_argv.engine_env(VllmSettings()).items()]
+    assert all(a[: len(env)] == env for a in argvs)
+    return {("engine" if "--headless" in a else "server"): a[len(env) :] for a in argvs}
 
 
 def last(argv: list[str], flag: str) -> str | None:

@@ -3,6 +3,8 @@ what the tools write now from `settings.py` and `FAMILIES`, so they cannot drift
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
 
 from vlm_ocr.engines.families import FAMILIES
@@ -73,3 +75,32 @@ def test_a_region_is_replaced_in_place() -> None:
     new = generated.replaced(text, "x", "| a |")
     assert new == "before\n<!-- generated: x by a tool -->\n\n| a |\n\n<!-- end: x -->\nafter\n"
     assert generated.region(new, "x") == "| a |" and generated.region(new, "y") is None
+
+
+def test_the_cold_start_cell_gives_the_fast_start_where_one_was_measured() -> None:
+    from vlm_ocr.engines.families.olmocr import OlmOcr
+    from vlm_ocr_lab import measured
+
+    def run(start: str, ready: float, pace: float | None, **overrides: str) -> measured.Run:
+        row = {
+            "date": "2026-12-02", "commit": "abc1234", "gpu": "NVIDIA H200", "vllm": "0.32.0",
+            "transformers": "5.17.0", "family": "olmocr", "overrides": overrides,
+            "start": start, "engine_ready_s": ready, "phases": {}, "pages": 512 if pace else 0,
+            "failed": 0, "failed_by_reason": {}, "pages_per_s": pace,
+            "direct_pages_per_s": pace, "usd_per_million_pages": 100.0 if pace else None,
+        }  # fmt: skip
+        return measured.parse(json.dumps(row))
+
+    throughput, warm = run("fresh", 177.6, 10.5), run("warm", 69.7, None)
+    fast = run("fresh", 113.5, 11.3, START_MODE="fast")
+    checkpoint = OlmOcr.checkpoints[0]
+    row = family_table.Row(OlmOcr, checkpoint, throughput, warm, fast)
+    _, start, _, _ = family_table.pace(row, None)
+    assert (
+        start
+        == "177.6 s fresh, 69.7 s on warm caches; `START_MODE=fast`: 113.5 s fresh and 11.3 pages/s"
+    )
+    older = dataclasses.replace(fast, vllm="0.26.0")
+    for other in (None, older):  # none measured, or on another vLLM: no comparison made
+        row = family_table.Row(OlmOcr, checkpoint, throughput, warm, other)
+        assert family_table.pace(row, None)[1] == "177.6 s fresh, 69.7 s on warm caches"

@@ -463,13 +463,14 @@ class VllmSettings(Group):
         "and CUDA graphs of whole decode steps at powers of two only, for bursty traffic that "
         "pays a cold start often (docs/models.md, Cold start, says what is measured of it).",
     )
-    triton_autotune: bool | None = Field(
-        None,
-        description="Whether vLLM autotunes its Triton kernels: those of the gated-delta-net "
-        "layers of the Qwen3.5-based families, most of their first start's profiling run, the "
-        "results kept on the network volume for the next start; `false` runs each kernel at its "
-        "first valid configuration (`VLLM_TRITON_FORCE_FIRST_CONFIG`). Unset: on with "
-        "`START_MODE=throughput`, off with `fast`.",
+    triton_autotune: bool = Field(
+        False,
+        description="`true`: vLLM autotunes its Triton kernels at their first call, those of the "
+        "gated-delta-net layers of the Qwen3.5-based families for most of a fresh start's "
+        "profiling run, the results kept on the network volume; "
+        "`false`: each kernel runs its first valid configuration "
+        "(`VLLM_TRITON_FORCE_FIRST_CONFIG`), which measured no slower on an H200 (docs/models.md, "
+        "Cold start).",
     )
     api_server_count: int = Field(
         0,

@@ -12,8 +12,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any, Literal
+
+from vlm_ocr.errors import ConfigError
+from vlm_ocr.settings import Settings
 
 DATA = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu.jsonl"
 
@@ -46,7 +50,7 @@ class Run:
     vllm: str
     transformers: str
     family: str
-    #: the settings that differ from the family's defaults ({} at its defaults)
+    #: the settings that differed from the family's defaults when it ran ({} at its defaults)
     overrides: dict[str, Any]
     start: Start
     #: seconds from the worker's start to an engine that has read its warm-up page
@@ -71,8 +75,14 @@ class Run:
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def off_defaults(self) -> dict[str, Any]:
+        """The overrides that differ from today's defaults: a run that set what has since
+        become the default ran at the defaults (its row keeps what it set)."""
+        return beyond_defaults(self.overrides)
+
+    @property
     def at_defaults(self) -> bool:
-        return not self.overrides
+        return not self.off_defaults
 
     @property
     def ratio(self) -> float | None:
@@ -80,6 +90,28 @@ class Run:
         if self.pages_per_s is None or not self.direct_pages_per_s:
             return None
         return self.pages_per_s / self.direct_pages_per_s
+
+
+@cache
+def _defaults() -> dict[str, Any]:
+    return Settings().flat()
+
+
+def beyond_defaults(overrides: dict[str, Any]) -> dict[str, Any]:
+    """The settings among `overrides` (environment names and values, as a row spells them)
+    whose values are not today's defaults; a name that is no setting is kept."""
+    defaults = _defaults()
+    kept = {}
+    for key, value in overrides.items():
+        name = key.lower()
+        if name in defaults:
+            try:
+                if Settings.from_env({key: str(value)}).flat()[name] == defaults[name]:
+                    continue
+            except ConfigError:  # not a value a worker takes today: an override still
+                pass
+        kept[key] = value
+    return kept
 
 
 class BadRow(ValueError):
@@ -126,15 +158,16 @@ def latest(
     rows: list[Run] | None = None,
     model: str | None = None,
 ) -> Run | None:
-    """The newest run of a family with these overrides ({} : at its defaults); with `model`,
-    of that checkpoint only (a family's rows may be of several: Qwen3-VL AWQ, FP8, 8B)."""
+    """The newest run of a family with these overrides beyond today's defaults ({}: at its
+    defaults); with `model`, of that checkpoint only (a family's rows may be of several:
+    Qwen3-VL AWQ, FP8, 8B)."""
     want = overrides or {}
     found = [
         r
         for r in (runs() if rows is None else rows)
         if r.family == family
         and r.start == start
-        and r.overrides == want
+        and r.off_defaults == want
         and (model is None or r.model == model)
     ]
     return found[-1] if found else None

@@ -27,6 +27,7 @@ GPU_PRICE = 3.99  # US$ an H200-hour, the price the GPU check's costs are at
 NEAR_POINTS = 1.5
 PERMISSIVE = ("Apache-2.0", "MIT")
 NOT_MEASURED = "not measured yet"
+FAST = {"START_MODE": "fast"}
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class Row:
     checkpoint: Checkpoint
     run: Run | None  # its newest fresh start at the family's defaults
     warm: Run | None  # and on warm caches
+    fast: Run | None = None  # and its newest fresh start at `START_MODE=fast`
 
     @property
     def licence(self) -> str:
@@ -57,7 +59,8 @@ def rows() -> list[Row]:
                 family.name, start="fresh", rows=own
             )
             warm = measured.latest(family.name, start="warm", rows=own)
-            found.append(Row(family, c, fresh, warm))
+            fast = measured.latest(family.name, overrides=FAST, rows=own)
+            found.append(Row(family, c, fresh, warm, fast))
     return found
 
 
@@ -126,6 +129,10 @@ def pace(row: Row, cheapest: float | None) -> tuple[str, str, str, str]:
     if row.warm is not None and row.warm.engine_ready_s is not None:
         other = f", vLLM {row.warm.vllm}" if row.warm.vllm != run.vllm else ""
         start += f", {row.warm.engine_ready_s:g} s on warm caches{other}"
+    fast = row.fast  # beside the default's start only when on the same vLLM: comparable
+    if fast is not None and fast.engine_ready_s is not None and fast.vllm == run.vllm:
+        paced = f" and {fast.pages_per_s:g} pages/s" if fast.pages_per_s is not None else ""
+        start += f"; `START_MODE=fast`: {fast.engine_ready_s:g} s fresh{paced}"
     cost = "—" if run.usd_per_million_pages is None else f"{run.usd_per_million_pages:.0f}"
     if run.usd_per_million_pages is not None and run.usd_per_million_pages == cheapest:
         cost = f"**{cost}**"

@@ -54,9 +54,9 @@ def _model(run: measured.Run) -> str:
 
 
 def _settings(run: measured.Run) -> str:
-    if not run.overrides:
+    if not run.off_defaults:
         return "defaults"
-    return ", ".join(f"`{k}={v}`" for k, v in run.overrides.items())
+    return ", ".join(f"`{k}={v}`" for k, v in run.off_defaults.items())
 
 
 def _measured(run: measured.Run) -> str:
@@ -161,7 +161,7 @@ def start_summary_table(rows: list[measured.Run]) -> str:
     kinds = {
         "fresh": lambda r: r.at_defaults and r.start == "fresh",
         "warm": lambda r: r.at_defaults and r.start == "warm",
-        "fast": lambda r: r.overrides == {"START_MODE": "fast"} and r.start == "fresh",
+        "fast": lambda r: r.off_defaults == {"START_MODE": "fast"} and r.start == "fresh",
     }
     models = list(dict.fromkeys(r.model for r in rows if r.engine_ready_s is not None))
     lines = []

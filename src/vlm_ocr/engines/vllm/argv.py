@@ -80,15 +80,12 @@ def compilation_args(vllm: VllmSettings, max_num_seqs: int) -> list[str]:
 
 
 def engine_env(vllm: VllmSettings) -> dict[str, str]:
-    """Variables vLLM's processes are started with, beside its flags. `TRITON_AUTOTUNE`:
-    vLLM's Triton autotuners (the gated-delta-net layers' chunked prefill kernels; no other
-    family's autotuned kernel runs) compile and time every configuration of each kernel at its
-    first call, most of the profiling run of a fresh start; forced to their first valid
-    configuration they compile one."""
-    autotune = vllm.triton_autotune
-    if autotune is None:
-        autotune = vllm.start_mode is StartMode.THROUGHPUT
-    return {} if autotune else {"VLLM_TRITON_FORCE_FIRST_CONFIG": "1"}
+    """Variables vLLM's processes are started with, beside its flags. Unless `TRITON_AUTOTUNE`:
+    vLLM's Triton autotuners (the gated-delta-net layers' prefill kernels; no other family runs
+    an autotuned kernel) compile and time every configuration of each kernel at its first call,
+    most of a fresh start's profiling run; forced to their first valid configuration they compile
+    one each."""
+    return {} if vllm.triton_autotune else {"VLLM_TRITON_FORCE_FIRST_CONFIG": "1"}
 
 
 # One API server decoded and preprocessed about 6 MP of page images a second on an H200 host:

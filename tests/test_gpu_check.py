@@ -10,6 +10,7 @@ import re
 import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -277,3 +278,20 @@ def test_the_plan_of_a_call_on_the_host_knows_what_started_fresh_there(capsys) -
     argv = ["plan", "600", "olmocr:warm", "--on-host", "--fresh-done", "olmocr", *data]
     assert gpu_check.main(argv) == 0
     assert re.search(r"^olmocr:warm .* runs; ", capsys.readouterr().out, re.M)
+
+
+BUNDLE_LISTS = sorted((ROOT / "dev/gpu").glob("bundle-vllm-*.txt"))
+
+
+@pytest.mark.parametrize("path", BUNDLE_LISTS, ids=lambda p: p.name)
+def test_a_bundle_list_pins_its_own_vllm_once_and_leaves_the_host_its_own(path: Path) -> None:
+    # dev/gpu/make_bundle.sh fetches these lists without dependencies: each package pinned once,
+    # the vLLM the file is named for among them, and none of what the host's own satisfies
+    # (transformers, on the engine's path from the host or the TF516 wheel) or part n holds
+    version = path.stem.removeprefix("bundle-vllm-")
+    pins = [line.split("==") for line in path.read_text().splitlines() if line and line[0] != "#"]
+    names = [re.sub(r"[-_.]+", "-", name.lower()) for name, _ in pins]
+    assert all(len(pin) == 2 and pin[1] for pin in pins)
+    assert len(names) == len(set(names))
+    assert [v for (name, v) in pins if name == "vllm"] == [f"{version}.0"]
+    assert not {"transformers", "nvidia-nccl-cu13", "nvidia-cudnn-cu13"} & set(names)

@@ -8,7 +8,7 @@
 # `python -m vlm_ocr_lab.bench.gpu_check` from the data file's last row of each model.
 #
 # On the GPU host, from the project's root (the bundle in /tmp/acc, see dev/gpu/env.sh):
-#   COMMIT=<the commit's short hash> [VLLM=0.26|0.32] [LABEL=call1] \
+#   COMMIT=<the commit's short hash> [VLLM=0.26|0.32|0.33] [LABEL=call1] \
 #     bash dev/gpu/check.sh BUDGET_S TARGET[:warm][,VAR=VALUE...]...
 # Here, the plan alone with each run's estimate (nothing runs):
 #   DRY_RUN=1 bash dev/gpu/check.sh 560 lighton-ocr olmocr olmocr:warm

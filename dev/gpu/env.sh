@@ -3,8 +3,9 @@
 # by dev/gpu/unpack.sh, each part once.
 #   . dev/gpu/env.sh            then: python3 -m vlm_ocr_lab bench ...
 # VLLM=0.26 (default) runs the engine on vLLM 0.26 and the host's torch 2.11 (/tmp/acc/site);
-# VLLM=0.32 on vLLM 0.32 and torch 2.13 (/tmp/acc/site32), with the CUDA libraries of part n
-# (/tmp/acc/nv) ahead of the host's own where it was carried.
+# VLLM=0.32 on vLLM 0.32 and torch 2.13 (/tmp/acc/site32), VLLM=0.33 on vLLM 0.33 and torch 2.14
+# (/tmp/acc/site33), with the CUDA libraries of part n (/tmp/acc/nv) ahead of the host's own
+# where it was carried.
 # TF516=1 puts transformers 5.16.1 (/tmp/acc/tf, unpacked from its wheel) first on the engine's
 # path: vLLM 0.26's Pixtral code (LightOnOCR) imports a class transformers 5.17 renamed.
 # VLLM_USE_FLASHINFER_SAMPLER=0: FlashInfer's top-p kernel is compiled at its first use where
@@ -20,8 +21,8 @@ fi
 engine_ld=
 case "${VLLM:-0.26}" in
   0.26) engine_path=$A/site ;;
-  0.32)
-    engine_path=$A/site32
+  0.32 | 0.33)
+    engine_path=$A/site${VLLM#0.}
     [ -d $A/nv ] && engine_path=$engine_path:$A/nv
     # torch 2.13's RPATH names its own site's nvidia/ folders, which hold none of its libraries
     for d in $A/nv/nvidia/*/lib \
@@ -29,7 +30,7 @@ case "${VLLM:-0.26}" in
       [ -d "$d" ] && engine_ld=$engine_ld${engine_ld:+:}$d
     done
     engine_ld="LD_LIBRARY_PATH=$engine_ld\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH} " ;;
-  *) echo "VLLM=$VLLM: 0.26 or 0.32" >&2; return 2 ;;
+  *) echo "VLLM=$VLLM: 0.26, 0.32 or 0.33" >&2; return 2 ;;
 esac
 [ "${TF516:-0}" = 1 ] && engine_path=$A/tf:$engine_path
 printf '#!/bin/sh\n%sPYTHONPATH=%s exec python3 "$@"\n' "$engine_ld" "$engine_path" > $A/vllm-python

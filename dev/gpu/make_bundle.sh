@@ -9,8 +9,11 @@
 #   b  vLLM 0.32.0, the image's version, with torch 2.13.0, triton 3.7.1, torchvision 0.28.0,
 #      flashinfer 0.7.0.post1 and every other dependency whose required version the host lacks
 #      (dev/gpu/bundle-vllm-0.32.txt), unpacked as site32/
-#   n  optional: the CUDA libraries torch 2.13.0 needs newer than the host's own (NV_PKGS below),
-#      unpacked as nv/; carry it only when dev/gpu/probe_host.sh says so
+#   d  optional: vLLM 0.33.0, the newest release PyPI can install, with torch 2.14.0, triton 3.8.0,
+#      torchvision 0.29.0, flashinfer 0.7.2.post1 and the rest the host lacks
+#      (dev/gpu/bundle-vllm-0.33.txt), unpacked as site33/
+#   n  optional: the CUDA libraries torch 2.13.0 and 2.14.0 need newer than the host's own (NV_PKGS
+#      below), unpacked as nv/; carry it only when dev/gpu/probe_host.sh says so
 # Each part is tar | xz, split into .gpu-bundle/<part>00, <part>01, ... (keep .gpu-bundle/ ignored).
 # The project's own code is not in it: it travels with the working tree on every call. On the
 # host, dev/gpu/unpack.sh (which dev/gpu/env.sh runs) unpacks whichever parts were copied there.
@@ -41,7 +44,11 @@ out=$proj/.gpu-bundle
 #   nvidia-cublas          13.1.0.3 -> 13.1.1.3    13.1.0.3 exports every symbol torch 2.13 uses
 #   nvidia-cusparselt-cu13 0.8.0 -> 0.8.1          0.8.0 exports every symbol torch 2.13 uses
 # so part n holds the first two; NV_PKGS can add the other two, to follow torch's pins exactly.
-nv_pkgs=${NV_PKGS:-nvidia-nccl-cu13==2.29.7 nvidia-cudnn-cu13==9.20.0.48}
+# torch 2.14.0 (vLLM 0.33) pins the same but nvidia-nccl-cu13 2.30.7 and nvidia-cudnn-cu13
+# 9.24.0.43; built before 2026-12-02 (with 2.29.7 and 9.20.0.48) part n served torch 2.13 alone.
+# Its default now follows torch 2.14, which torch 2.13 loads too (a newer NCCL 2 and cuDNN 9 of
+# the same major keep their ABI; torch refuses only an older cuDNN minor than its build's).
+nv_pkgs=${NV_PKGS:-nvidia-nccl-cu13==2.30.7 nvidia-cudnn-cu13==9.24.0.43}
 
 plat=(--only-binary=:all: --python-version 3.12 --implementation cp)
 for v in $(seq 39 -1 17); do plat+=(--platform "manylinux_2_${v}_x86_64"); done
@@ -118,12 +125,16 @@ for part in $parts; do
       fetch "$work/wheels-b" -r "$here/bundle-vllm-0.32.txt"
       unpack_wheels "$work/wheels-b" "$stage/site32"
       site=$stage/site32 ;;
+    d)
+      fetch "$work/wheels-d" -r "$here/bundle-vllm-0.33.txt"
+      unpack_wheels "$work/wheels-d" "$stage/site33"
+      site=$stage/site33 ;;
     n)
       # shellcheck disable=SC2086
       fetch "$work/wheels-n" $nv_pkgs
       unpack_wheels "$work/wheels-n" "$stage/nv"
       site=$stage/nv ;;
-    *) echo "unknown part $part (w, a, b or n)" >&2; exit 2 ;;
+    *) echo "unknown part $part (w, a, b, d or n)" >&2; exit 2 ;;
   esac
   echo "part $part: wheels $(size "$work/wheels-$part"), unpacked $(size "$site")"
   slim "$site"

@@ -2,6 +2,7 @@
 # On the GPU host: unpack the parts of the bundle (dev/gpu/make_bundle.sh) whose chunks were copied
 # to /tmp/acc, each once: w -> /tmp/acc/wsite (and the transformers 5.16.1 wheel and any extra
 # files, beside it), a -> /tmp/acc/site (vLLM 0.26), b -> /tmp/acc/site32 (vLLM 0.32),
+# d -> /tmp/acc/site33 (vLLM 0.33),
 # n -> /tmp/acc/nv (CUDA libraries for torch 2.13), c -> the older single bundle (site and wsite).
 # A part is unpacked only once all its chunks are there (its xz stream ends in the last one); then
 # its chunks are removed, so a part copied again later is unpacked again. Run or source it from the
@@ -9,7 +10,7 @@
 (
   set -u -o pipefail
   A=/tmp/acc
-  for p in w a b n c; do
+  for p in w a b d n c; do
     set -- "$A/$p"[0-9][0-9]
     [ -e "$1" ] || continue
     last=${!#}

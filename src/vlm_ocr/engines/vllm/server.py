@@ -179,9 +179,11 @@ class VllmServer:
         self.facts["api_server_count"] = self.spec.api_server_count
         self.facts["renderer_num_workers"] = self.spec.renderer_num_workers
         self.facts["start_mode"] = self.spec.vllm.start_mode.value
+        # as vLLM (0.24 on) reads it: set by TRITON_AUTOTUNE, or by hand in the environment
         forced = self.child_env().get("VLLM_TRITON_FORCE_FIRST_CONFIG", "").strip().lower()
-        forced = forced in ("1", "true")  # as vLLM reads it
-        self.facts["triton_autotune"] = "off (first valid config)" if forced else "on"
+        self.facts["triton_autotune"] = (
+            "off (first valid config)" if forced in ("1", "true") else "on"
+        )
         self.facts["pid"] = self.proc.pid if self.proc else None
         self.facts["cold_start"] = self._cold_start()
         log.info("engine start, by vLLM's log: %s", self.start_log.summary())

@@ -1,8 +1,8 @@
 """Time vLLM's top-p sampling alone, as one decode step runs it, on the GPU host's engine.
 
-A question the GPU check cannot answer by itself: how much of a decode step is the sampler? The
-families that send a top_p below 1 (LightOnOCR 2: 0.9; Chandra: 0.1) go through vLLM's top-p
-filter on every step, the others (top_p 1.0) do not. On the GPU host the filter is vLLM's Triton
+A question the GPU check cannot answer by itself: how much of a decode step is the sampler? A
+family that samples with a top_p below 1 (LightOnOCR 2: temperature 0.2, top_p 0.9) goes through
+vLLM's top-p filter on every step; greedy requests and top_p 1.0 do not. On the GPU host the filter is vLLM's Triton
 kernel (`dev/gpu/env.sh` keeps FlashInfer's sampler off there; the image's vLLM has FlashInfer's
 compiled kernels and uses its fused sampler). This times, per batch size, with CUDA events:
 

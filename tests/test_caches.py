@@ -629,8 +629,32 @@ def test_the_server_points_its_caches_at_the_volume_and_publishes_once_warm(
     root = Path(first.cache_env["VLLM_CACHE_ROOT"]).parent
     assert root.parent == tmp_path / "vllm-cache" and root.name.startswith("Qwen3-VL-32B")
     assert first.child_env()["TRITON_CACHE_DIR"] == str(root / "triton")
+    assert first.child_env()["VLLM_TRITON_FORCE_FIRST_CONFIG"] == "1"  # TRITON_AUTOTUNE=false
     assert loop.run(first.ready())["caches"]["state"] == "built and published"
     second = started()
     assert second.facts["caches"]["state"] == "reused" and second.cache_env == first.cache_env
     monkeypatch.setenv("VLLM_CACHE_ROOT", str(tmp_path / "mine"))  # the user's own: left alone
     assert started().facts["caches"] == {"state": "as VLLM_CACHE_ROOT and the others were set"}
+
+
+def test_what_the_images_seed_added_is_still_said_once_the_caches_are_published(
+    loop, tmp_path: Path, monkeypatch
+) -> None:
+    monkeypatch.delenv("VLLM_CACHE_ROOT", raising=False)
+    seed_dir = tmp_path / "seed" / "modelinfos"
+    seed_dir.mkdir(parents=True)
+    (seed_dir / "vllm-model_executor-models-x-X.json").write_text("{}")
+    (tmp_path / "volume").mkdir()
+    settings = Settings(vllm_cache_seed=str(tmp_path / "seed"))
+    server = VllmServer(
+        ServeSpec.resolve(settings, TWO_H200, cpus=16),
+        ModelFiles(settings.model, volume=tmp_path / "volume"),
+    )
+    loop.run(server._prepare_caches())
+    seeded = ["modelinfos/vllm-model_executor-models-x-X.json"]
+    assert server.facts["caches"]["seeded"] == seeded
+    assert loop.run(server.ready())["caches"] == {
+        "state": "built and published",
+        "folder": server.facts["caches"]["folder"],
+        "seeded": seeded,
+    }

@@ -575,6 +575,7 @@ def test_two_workers_starting_at_once_on_one_volume_and_a_third_after_them(
     ]
     for facts in two:
         assert facts["cold_start"]["model_inspection_s"] < 1  # read from the seeded entry
+        assert any("Qwen3VLForConditionalGeneration" in e for e in facts["caches"]["seeded"])
     [key] = [p for p in (volume / "vllm-cache").iterdir()]  # the private folder is gone
     assert (key / COMPLETE).is_file()
     assert list(key.glob("vllm/modelinfos/*Qwen3VLForConditionalGeneration.json"))

@@ -227,7 +227,10 @@ class VllmServer:
             return {}
         state = await asyncio.to_thread(self.cache.publish)
         log.info("compile caches %s: %s", state, self.cache.published)
-        return {"caches": {"state": state, "folder": str(self.cache.published)}}
+        caches: dict[str, Any] = {"state": state, "folder": str(self.cache.published)}
+        if self.cache.seeded:  # what the image's seed added, still said once published
+            caches["seeded"] = self.cache.seeded
+        return {"caches": caches}
 
     async def _prepare_caches(self) -> None:
         """Point the compile caches at the network volume, in the folder of this start's key;

@@ -12,6 +12,7 @@
 #     bash dev/gpu/check.sh BUDGET_S TARGET[:warm][,VAR=VALUE...]...
 # Here, the plan alone with each run's estimate (nothing runs):
 #   DRY_RUN=1 bash dev/gpu/check.sh 560 lighton-ocr olmocr olmocr:warm
+# SAMPLER_BENCH=1 first times vLLM's top-p filter alone (dev/gpu/sampler_bench.py, sampler.txt).
 # TARGET: qwen-vl olmocr chandra dots-ocr lighton-ocr lighton-ocr-3-0.8b lighton-ocr-3-4b;
 # TARGET:warm is its second start, after its fresh one on the same host (this call or an
 # earlier one while the host stayed up). Settings after commas are the worker's, for that run
@@ -112,6 +113,11 @@ fresh_done() {  # the targets started fresh on this host so far (their warm star
 $py -m vlm_ocr_lab.bench.gpu_check plan "$budget" "$@" --vllm "$vllm" --on-host $(fresh_done) \
   --data benchmarks/gpu.jsonl --data "$rows" > "$logs/plan.txt" 2>&1
 cat "$logs/plan.txt"
+if [ "${SAMPLER_BENCH:-0}" = 1 ]; then  # vLLM's top-p filter alone, before the runs (about 1 min)
+  timeout 240 "$A/vllm-python" dev/gpu/sampler_bench.py > "$logs/sampler.txt" 2>&1
+  say "sampler bench: exit $?, $(grep -c '^batch' "$logs/sampler.txt") cases (sampler.txt)"
+  pack
+fi
 starts=$(cat $work/starts 2> /dev/null || echo 0)
 for spec in "$@"; do
   left=$((budget - ($(date +%s) - t0)))

@@ -2,9 +2,10 @@
 
 A question the GPU check cannot answer by itself: how much of a decode step is the sampler? A
 family that samples with a top_p below 1 (LightOnOCR 2: temperature 0.2, top_p 0.9) goes through
-vLLM's top-p filter on every step; greedy requests and top_p 1.0 do not. On the GPU host the filter is vLLM's Triton
-kernel (`dev/gpu/env.sh` keeps FlashInfer's sampler off there; the image's vLLM has FlashInfer's
-compiled kernels and uses its fused sampler). This times, per batch size, with CUDA events:
+vLLM's top-p filter on every step; greedy requests and top_p 1.0 do not. On the GPU host the
+filter is vLLM's Triton kernel (`dev/gpu/env.sh` keeps FlashInfer's sampler off there; the image's
+vLLM has FlashInfer's compiled kernels and uses its fused sampler). This times, per batch size,
+with CUDA events:
 
   softmax + sample   what every step does
   top-p, Triton      vLLM's `apply_top_k_top_p_triton`, then softmax + sample

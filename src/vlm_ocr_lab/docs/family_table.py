@@ -27,7 +27,6 @@ GPU_PRICE = 3.99  # US$ an H200-hour, the price the GPU check's costs are at
 NEAR_POINTS = 1.5
 PERMISSIVE = ("Apache-2.0", "MIT")
 NOT_MEASURED = "not measured yet"
-FAST = {"START_MODE": "fast"}
 
 
 @dataclass(frozen=True)
@@ -59,7 +58,7 @@ def rows() -> list[Row]:
                 family.name, start="fresh", rows=own
             )
             warm = measured.latest(family.name, start="warm", rows=own)
-            fast = measured.latest(family.name, overrides=FAST, rows=own)
+            fast = measured.latest(family.name, overrides=measured.FAST_START, rows=own)
             found.append(Row(family, c, fresh, warm, fast))
     return found
 

@@ -161,7 +161,7 @@ def start_summary_table(rows: list[measured.Run]) -> str:
     kinds = {
         "fresh": lambda r: r.at_defaults and r.start == "fresh",
         "warm": lambda r: r.at_defaults and r.start == "warm",
-        "fast": lambda r: r.off_defaults == {"START_MODE": "fast"} and r.start == "fresh",
+        "fast": lambda r: r.off_defaults == measured.FAST_START and r.start == "fresh",
     }
     models = list(dict.fromkeys(r.model for r in rows if r.engine_ready_s is not None))
     lines = []

@@ -81,7 +81,8 @@ PRODUCTION_ARGV = [
     "--structured-outputs-config",
     '{"backend": "xgrammar", "disable_any_whitespace": true}',
     "--compilation-config",
-    '{"cudagraph_capture_sizes": [1, 2, 4, 8, 16, 32, 64, 96, 128, 160, 192]}',
+    '{"cudagraph_capture_sizes": [1, 2, 4, 8, 16, 32, 64, 96, 128, 160, 192], '
+    '"inductor_compile_config": {"combo_kernels": true, "benchmark_combo_kernel": false}}',
 ]
 
 

@@ -467,10 +467,11 @@ class VllmSettings(Group):
         False,
         description="`true`: vLLM autotunes its Triton kernels at their first call, those of the "
         "gated-delta-net layers of the Qwen3.5-based families for most of a fresh start's "
-        "profiling run, the results kept on the network volume; "
+        "profiling run, the results kept on the network volume, and Inductor times each combo "
+        "kernel it compiles against the kernels it fuses; "
         "`false`: each kernel runs its first valid configuration "
-        "(`VLLM_TRITON_FORCE_FIRST_CONFIG`), which measured no slower on an H200 (docs/models.md, "
-        "Cold start).",
+        "(`VLLM_TRITON_FORCE_FIRST_CONFIG`), which measured no slower on an H200, and combo "
+        "kernels are kept untimed (docs/models.md, Cold start).",
     )
     api_server_count: int = Field(
         0,

@@ -60,11 +60,18 @@ def fast_graph_sizes(max_num_seqs: int) -> list[int]:
     return sorted(sizes | {max_num_seqs})
 
 
-def compilation_args(vllm: VllmSettings, max_num_seqs: int) -> list[str]:
+# Inductor's options on a GPU unless `TRITON_AUTOTUNE`: vLLM's horizontal fusion (combo kernels,
+# for the query's and key's norm and rotary embedding) kept, but not timed against the kernels it
+# fuses at compile time, which vLLM's default does for every combo kernel of every graph.
+INDUCTOR_UNTIMED = {"combo_kernels": True, "benchmark_combo_kernel": False}
+
+
+def compilation_args(vllm: VllmSettings, max_num_seqs: int, cuda: bool) -> list[str]:
     """How much is compiled and captured at start. `throughput`: vLLM's torch.compile and
-    CUDA graphs at every size a batch is padded to. `fast`: no torch.compile, Inductor or
-    FlashInfer autotuning (`--optimization-level 0`), but whole decode steps still captured as
-    CUDA graphs at a few sizes, where most of the time of a page goes."""
+    CUDA graphs at every size a batch is padded to (on a GPU, Inductor's timing of its combo
+    kernels off with `TRITON_AUTOTUNE`). `fast`: no torch.compile, Inductor or FlashInfer
+    autotuning (`--optimization-level 0`), but whole decode steps still captured as CUDA graphs
+    at a few sizes, where most of the time of a page goes."""
     if vllm.enforce_eager:
         return ["--enforce-eager"]
     if vllm.start_mode is StartMode.FAST:
@@ -75,16 +82,18 @@ def compilation_args(vllm: VllmSettings, max_num_seqs: int) -> list[str]:
         )
         config = {"cudagraph_mode": "FULL_DECODE_ONLY", "cudagraph_capture_sizes": sizes}
         return ["--optimization-level", "0", "--compilation-config", json.dumps(config)]
-    sizes = cuda_graph_sizes(vllm, max_num_seqs)
-    return ["--compilation-config", json.dumps({"cudagraph_capture_sizes": sizes})]
+    config: dict[str, object] = {"cudagraph_capture_sizes": cuda_graph_sizes(vllm, max_num_seqs)}
+    if cuda and not vllm.triton_autotune:  # (vLLM's CPU build turns combo kernels off)
+        config["inductor_compile_config"] = INDUCTOR_UNTIMED
+    return ["--compilation-config", json.dumps(config)]
 
 
 def engine_env(vllm: VllmSettings) -> dict[str, str]:
     """Variables vLLM's processes are started with, beside its flags. Unless `TRITON_AUTOTUNE`:
     vLLM's Triton autotuners (the gated-delta-net layers' prefill kernels; no other family runs
-    an autotuned kernel) compile and time every configuration of each kernel at its first call,
-    most of a fresh start's profiling run; forced to their first valid configuration they compile
-    one each."""
+    an autotuned kernel of vLLM's) compile and time every configuration of each kernel at its
+    first call, most of a fresh start's profiling run; forced to their first valid configuration
+    they compile one each."""
     return {} if vllm.triton_autotune else {"VLLM_TRITON_FORCE_FIRST_CONFIG": "1"}
 
 
@@ -182,6 +191,8 @@ class ServeSpec:
     family: Family | None = dataclasses.field(default=None, compare=False, repr=False)
     #: the GPUs it was resolved for, as the engine facts name them (the caches' key has them)
     gpus: str = "none"
+    #: whether it was resolved for CUDA GPUs (Inductor's GPU options), not vLLM's CPU build
+    cuda: bool = False
 
     @property
     def concurrency(self) -> int:
@@ -239,6 +250,7 @@ class ServeSpec:
             data_parallel_size=replicas,
             preprocessing=parallel,
             gpus=f"{gpu.describe()}; compute capability {gpu.capability}",
+            cuda=gpu.present,
             family=family,
         ).on_vllm(vllm_version)
 
@@ -283,7 +295,7 @@ def server_argv(spec: ServeSpec, port: int) -> list[str]:
         "--structured-outputs-config",
         json.dumps({"backend": "xgrammar", "disable_any_whitespace": True}),
     ]
-    argv += compilation_args(vllm, spec.max_num_seqs)
+    argv += compilation_args(vllm, spec.max_num_seqs, spec.cuda)
     argv += spec.family_args
     argv += shlex.split(vllm.vllm_extra_args)
     return argv

@@ -11,6 +11,8 @@
 # VLLM_USE_FLASHINFER_SAMPLER=0: FlashInfer's top-p kernel is compiled at its first use where
 # flashinfer-jit-cache is not installed (the bundle has not got it, the image's vLLM has), and a
 # failed compile kills the engine in its profiling run; so the host measures vLLM's Triton top-p.
+# (With the 0.32 bundle the sampler bench compiled it; untried inside the engine. The two differ
+# by about 1.4 ms a step at 256 sequences: docs/models.md.)
 # The compile caches go to /runpod-volume, as on a RunPod endpoint with a network volume, so
 # they are keyed and published as the worker does there.
 A=/tmp/acc

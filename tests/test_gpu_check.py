@@ -269,6 +269,8 @@ def test_the_engines_step_rate_joins_the_gauges_where_the_sampler_read_vllms_cou
         "requests; output tokens/s 5800 (5800-6000), engine steps/s 22.5 (22.5-23), time between "
         "tokens 43 ms (43-44.1 ms) over 2 samples"
     )
+    # two API servers each counted every step: the engine took half as many
+    assert "engine steps/s 11.2 (11.2-11.5), " in gpu_check.gauges(metrics, api_servers=2)
 
 
 def test_the_plan_of_a_call_on_the_host_knows_what_started_fresh_there(capsys) -> None:

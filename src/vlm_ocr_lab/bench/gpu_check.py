@@ -297,11 +297,16 @@ _RATES = re.compile(
 )
 
 
-def gauges(metrics: str) -> str | None:
+def gauges(metrics: str, api_servers: int = 1) -> str | None:
     """What vLLM's gauges showed while the engine had requests: each gauge's median and range
     over those samples (none: it never had any); then, where the sampler read vLLM's counters,
     the engine's output tokens a second, its steps a second and the mean time between two
-    tokens of a request, over the samples that had requests and steps."""
+    tokens of a request, over the samples that had requests and steps.
+
+    Each API server counts every engine step that brought its requests tokens (vLLM's iteration
+    histogram is kept by the front ends), so the summed count is the engine's steps times the API
+    servers; it is divided back (checked on the H200: the quotient is one over the time between
+    tokens while every sequence decodes)."""
     busy = [tuple(map(int, m)) for m in _GAUGES.findall(metrics) if int(m[0]) > 0]
     if not busy:
         return None
@@ -316,7 +321,7 @@ def gauges(metrics: str) -> str | None:
         f"KV {median([b[2] for b in busy], ' %')}: medians over {len(busy)} samples with requests"
     )
     rates = [
-        (int(out), float(steps), float(itl))
+        (int(out), round(float(steps) / max(1, api_servers), 1), float(itl))
         for running, out, steps, _, itl in _RATES.findall(metrics)
         if int(running) > 0 and float(steps) > 0
     ]
@@ -331,10 +336,11 @@ def gauges(metrics: str) -> str | None:
 
 def add_gauges(metrics: Path, row_file: Path) -> str | None:
     """Write the gauges into the one row of `row_file` (checked again by the data's reader)."""
-    said = gauges(metrics.read_text(encoding="utf-8", errors="replace"))
+    row = json.loads(row_file.read_text(encoding="utf-8"))
+    text = metrics.read_text(encoding="utf-8", errors="replace")
+    said = gauges(text, row.get("api_server_count") or 1)
     if said is None:
         return None
-    row = json.loads(row_file.read_text(encoding="utf-8"))
     line = json.dumps(row | {"gauges": said}, ensure_ascii=False)
     measured.parse(line, str(row_file))
     row_file.write_text(line + "\n", encoding="utf-8")

@@ -92,6 +92,13 @@ def test_production_argv_for_default_model() -> None:
     assert server_argv(spec(H100), 8000) == PRODUCTION_ARGV
 
 
+def test_inductor_options_only_where_vllm_compiles_for_a_gpu() -> None:
+    # vLLM's CPU build has no combo kernels: without a GPU the compilation config leaves them be
+    argv = server_argv(spec(NO_GPU), 8000)
+    config = argv[argv.index("--compilation-config") + 1]
+    assert config.startswith('{"cudagraph_capture_sizes": [') and "inductor" not in config
+
+
 @pytest.mark.parametrize(
     ("gpu", "values", "flags"),
     [

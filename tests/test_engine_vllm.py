@@ -20,6 +20,7 @@ from vlm_ocr import samples
 from vlm_ocr.cli.plan import image_tokens
 from vlm_ocr.engines.base import EngineOptions
 from vlm_ocr.engines.factory import make_engine
+from vlm_ocr.engines.vllm.argv import FORK_LAUNCHER
 from vlm_ocr.pipeline.worker import build_worker, start_worker
 from vlm_ocr.settings import EngineKind, Settings
 from vlm_ocr_lab.standins.local_endpoint import worker_environ
@@ -120,6 +121,27 @@ def test_two_api_servers_share_the_image_preprocessing_with_a_split_start(
     assert facts["start_mode"] == "fast" and "--optimization-level" in facts["argv"]
     assert facts["triton_autotune"] == "off (first valid config)"
     assert len(fronts) == 2  # the server process runs two API servers
+    assert [p.status for p in result.pages] != [] and all(p.tries for p in result.pages)
+
+
+def test_the_engine_core_forks_from_a_fork_server_when_asked(
+    loop, tiny_model: Path, tmp_path: Path
+) -> None:
+    # VLLM_FORK_SERVER: the launcher starts a fork server before vLLM builds its config and hands
+    # vLLM that context, so the engine core is the fork server's child, not the launcher's
+    settings = settings_from(engine_env(tiny_model), output_dir=tmp_path, vllm_fork_server=True)
+    with serving(loop, settings) as worker:
+        children = {c.role: c for c in worker.engine.server.children}  # type: ignore[attr-defined]
+        launcher = children["engine"].proc.pid
+        helpers = {p: Path(f"/proc/{p}/cmdline").read_bytes() for p in child_pids(launcher)}
+        (fork_server,) = [p for p, cmd in helpers.items() if b"multiprocessing.forkserver" in cmd]
+        cores = child_pids(fork_server)
+        result = loop.run(worker.run("fork-server", TWO_PAGES))
+    assert children["engine"].argv[1:3] == ["-P", str(FORK_LAUNCHER)]
+    assert "vllm.entrypoints.cli.main" in children["server"].argv  # the API server as ever
+    # the launcher's children are multiprocessing's fork server and resource tracker alone
+    assert all(b"multiprocessing." in cmd for cmd in helpers.values()) and len(cores) == 1
+    assert result.engine["fork_server"] is True and result.engine["split_start"] is True
     assert [p.status for p in result.pages] != [] and all(p.tries for p in result.pages)
 
 

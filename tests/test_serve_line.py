@@ -13,6 +13,7 @@ import pytest
 
 from vlm_ocr.cli import main as cli
 from vlm_ocr.engines.families import FAMILIES
+from vlm_ocr.engines.vllm.argv import FORK_LAUNCHER
 
 from .support import ROOT
 
@@ -124,6 +125,18 @@ def test_a_single_vllm_serve_carries_its_api_servers_and_replicas(capsys, monkey
     assert flag(argvs["server"], "--data-parallel-size") == "4"
     monkeypatch.setenv("API_SERVER_COUNT", "6")
     assert flag(serve_lines(capsys, "olmocr", "--gpus", "1")["server"], "--api-server-count") == "6"
+
+
+def test_a_fork_server_changes_the_engine_launchers_interpreter_line_alone(
+    capsys, monkeypatch
+) -> None:
+    before = serve_lines(capsys, "chandra", "--gpus", "1")
+    monkeypatch.setenv("VLLM_FORK_SERVER", "true")
+    after = serve_lines(capsys, "chandra", "--gpus", "1")
+    assert after["server"] == before["server"]
+    assert before["engine"][1:3] == ["-m", "vllm.entrypoints.cli.main"]
+    assert after["engine"][1:3] == ["-P", str(FORK_LAUNCHER)] and FORK_LAUNCHER.is_file()
+    assert after["engine"][3:] == before["engine"][3:]
 
 
 @pytest.mark.parametrize("family", list(CONFIGS))

@@ -512,6 +512,14 @@ class VllmSettings(Group):
         "and the engine core imports nothing again (a faster cold start). `false`: one `vllm "
         "serve`, which spawns its engine core only after its own imports.",
     )
+    vllm_fork_server: bool = Field(
+        False,
+        description="With `VLLM_SPLIT_START`: the engine launcher forks the engine core from a "
+        "fork server it starts before anything touches the GPU, which imports vLLM beside it. "
+        "For the Qwen3.5-based families, whose config makes vLLM spawn the engine core and "
+        "import itself again, that import leaves the start. Off until measured on a GPU "
+        "(docs/models.md, Cold start).",
+    )
     vllm_startup_timeout_s: float = Field(
         900.0,
         gt=0,

@@ -14,12 +14,17 @@ import os
 import re
 import shlex
 from dataclasses import dataclass
+from pathlib import Path
 
 from ...errors import ConfigError
 from ...settings import Settings, StartMode, VllmSettings
 from ..families import Family, default_family
 from ..families.base import BATCHED_TOKENS
 from ..gpu import GpuFacts
+
+# The engine launcher `VLLM_FORK_SERVER` runs in place of `-m vllm.entrypoints.cli.main`: a script
+# of this package that vLLM's interpreter runs by path (it imports only vLLM and the stdlib)
+FORK_LAUNCHER = Path(__file__).with_name("fork_launcher.py")
 
 # `MAX_NUM_SEQS=0`: sequences by the memory the engine has (GiB, all its GPUs). On an H200 the 32B
 # AWQ model ran 3.0 pages/s at 256, 2.5-2.75 at 192 and 2.4 at 320 (its decoding slowed); below
@@ -317,7 +322,10 @@ def launch_argvs(spec: ServeSpec, port: int, rpc_port: int = 0) -> dict[str, lis
         return {"server": [*argv, *several, *front]}
     dp = ["--data-parallel-size", replicas, "--data-parallel-address", "127.0.0.1"]
     dp += ["--data-parallel-rpc-port", str(rpc_port)]
+    launcher = argv
+    if spec.vllm.vllm_fork_server:  # the script by path, and not its folder on the path (-P)
+        launcher = [argv[0], "-P", str(FORK_LAUNCHER), *argv[3:]]
     return {
         "server": [*argv, *dp, "--data-parallel-size-local", "0", *front],
-        "engine": [*argv, *dp, "--data-parallel-size-local", replicas, "--headless"],
+        "engine": [*launcher, *dp, "--data-parallel-size-local", replicas, "--headless"],
     }

@@ -176,6 +176,7 @@ class VllmServer:
         self.facts["tensor_parallel_size"] = self.spec.vllm.tensor_parallel_size
         self.facts["argv"] = self.children[0].argv[1:]
         self.facts["split_start"] = len(self.children) > 1
+        self.facts["fork_server"] = self.facts["split_start"] and self.spec.vllm.vllm_fork_server
         self.facts["api_server_count"] = self.spec.api_server_count
         self.facts["renderer_num_workers"] = self.spec.renderer_num_workers
         self.facts["start_mode"] = self.spec.vllm.start_mode.value

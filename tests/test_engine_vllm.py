@@ -137,7 +137,7 @@ def test_the_engine_core_forks_from_a_fork_server_when_asked(
         (fork_server,) = [p for p, cmd in helpers.items() if b"multiprocessing.forkserver" in cmd]
         cores = child_pids(fork_server)
         result = loop.run(worker.run("fork-server", TWO_PAGES))
-    assert children["engine"].argv[1:3] == ["-P", str(FORK_LAUNCHER)]
+    assert children["engine"].argv[1:3] == FORK_LAUNCHER
     assert "vllm.entrypoints.cli.main" in children["server"].argv  # the API server as ever
     # the launcher's children are multiprocessing's fork server and resource tracker alone
     assert all(b"multiprocessing." in cmd for cmd in helpers.values()) and len(cores) == 1

@@ -22,9 +22,12 @@ from ..families import Family, default_family
 from ..families.base import BATCHED_TOKENS
 from ..gpu import GpuFacts
 
-# The engine launcher `VLLM_FORK_SERVER` runs in place of `-m vllm.entrypoints.cli.main`: a script
-# of this package that vLLM's interpreter runs by path (it imports only vLLM and the stdlib)
-FORK_LAUNCHER = Path(__file__).with_name("fork_launcher.py")
+# What the `vllm` command runs, after vLLM's interpreter
+VLLM_CLI = ["-m", "vllm.entrypoints.cli.main"]
+# The engine launcher `VLLM_FORK_SERVER` runs in place of VLLM_CLI: a script of this package that
+# vLLM's interpreter runs by path (it imports only vLLM and the stdlib), its folder not put on the
+# module path (-P)
+FORK_LAUNCHER = ["-P", str(Path(__file__).with_name("fork_launcher.py"))]
 
 # `MAX_NUM_SEQS=0`: sequences by the memory the engine has (GiB, all its GPUs). On an H200 the 32B
 # AWQ model ran 3.0 pages/s at 256, 2.5-2.75 at 192 and 2.4 at 320 (its decoding slowed); below
@@ -263,7 +266,7 @@ class ServeSpec:
 def server_argv(spec: ServeSpec, port: int) -> list[str]:
     """The exact command line of the engine server."""
     vllm = spec.vllm
-    argv = [vllm.vllm_python, "-m", "vllm.entrypoints.cli.main", "serve", spec.model]
+    argv = [vllm.vllm_python, *VLLM_CLI, "serve", spec.model]
     if spec.revision:
         argv += ["--revision", spec.revision]
     argv += [
@@ -322,9 +325,8 @@ def launch_argvs(spec: ServeSpec, port: int, rpc_port: int = 0) -> dict[str, lis
         return {"server": [*argv, *several, *front]}
     dp = ["--data-parallel-size", replicas, "--data-parallel-address", "127.0.0.1"]
     dp += ["--data-parallel-rpc-port", str(rpc_port)]
-    launcher = argv
-    if spec.vllm.vllm_fork_server:  # the script by path, and not its folder on the path (-P)
-        launcher = [argv[0], "-P", str(FORK_LAUNCHER), *argv[3:]]
+    entry = FORK_LAUNCHER if spec.vllm.vllm_fork_server else VLLM_CLI
+    launcher = [argv[0], *entry, *argv[1 + len(VLLM_CLI) :]]
     return {
         "server": [*argv, *dp, "--data-parallel-size-local", "0", *front],
         "engine": [*launcher, *dp, "--data-parallel-size-local", replicas, "--headless"],

@@ -124,25 +124,48 @@ def test_two_api_servers_share_the_image_preprocessing_with_a_split_start(
     assert [p.status for p in result.pages] != [] and all(p.tries for p in result.pages)
 
 
-def test_the_engine_core_forks_from_a_fork_server_when_asked(
+def test_vllms_own_processes_fork_from_a_fork_server_when_asked(
     loop, tiny_model: Path, tmp_path: Path
 ) -> None:
-    # VLLM_FORK_SERVER: the launcher starts a fork server before vLLM builds its config and hands
-    # vLLM that context, so the engine core is the fork server's child, not the launcher's
-    settings = settings_from(engine_env(tiny_model), output_dir=tmp_path, vllm_fork_server=True)
+    # VLLM_FORK_SERVER: the engine launcher and the API-server process each start a fork server
+    # before vLLM builds its config and hand vLLM that context, so the engine core and the API
+    # servers are the fork servers' children, not spawned ones
+    settings = settings_from(
+        engine_env(tiny_model), output_dir=tmp_path, vllm_fork_server=True, api_server_count=2
+    )
     with serving(loop, settings) as worker:
         children = {c.role: c for c in worker.engine.server.children}  # type: ignore[attr-defined]
-        launcher = children["engine"].proc.pid
-        helpers = {p: Path(f"/proc/{p}/cmdline").read_bytes() for p in child_pids(launcher)}
-        (fork_server,) = [p for p, cmd in helpers.items() if b"multiprocessing.forkserver" in cmd]
-        cores = child_pids(fork_server)
+        helpers = {
+            role: {p: Path(f"/proc/{p}/cmdline").read_bytes() for p in child_pids(c.proc.pid)}
+            for role, c in children.items()
+        }
+        forked = {
+            role: child_pids(p)
+            for role, found in helpers.items()
+            for p, cmd in found.items()
+            if b"multiprocessing.forkserver" in cmd
+        }
+        titles = {role: sorted(process_title(p) for p in pids) for role, pids in forked.items()}
         result = loop.run(worker.run("fork-server", TWO_PAGES))
-    assert children["engine"].argv[1:3] == FORK_LAUNCHER
-    assert "vllm.entrypoints.cli.main" in children["server"].argv  # the API server as ever
-    # the launcher's children are multiprocessing's fork server and resource tracker alone
-    assert all(b"multiprocessing." in cmd for cmd in helpers.values()) and len(cores) == 1
+    for role in ("engine", "server"):
+        assert children[role].argv[1:3] == FORK_LAUNCHER
+        # each launcher's children are multiprocessing's fork server and resource tracker alone
+        assert all(b"multiprocessing." in cmd for cmd in helpers[role].values())
+    # named by vLLM as its own (check.sh finds vLLM's processes by those names)
+    assert titles == {
+        "engine": ["VLLM::EngineCore"],
+        "server": ["VLLM::APIServer_0", "VLLM::APIServer_1"],
+    }
     assert result.engine["fork_server"] is True and result.engine["split_start"] is True
     assert [p.status for p in result.pages] != [] and all(p.tries for p in result.pages)
+
+
+def process_title(pid: int) -> str:
+    """The command line a process shows (vLLM sets its processes' as their names)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    except OSError:
+        return ""
 
 
 def process_name(pid: int) -> str:

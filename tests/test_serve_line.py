@@ -127,16 +127,22 @@ def test_a_single_vllm_serve_carries_its_api_servers_and_replicas(capsys, monkey
     assert flag(serve_lines(capsys, "olmocr", "--gpus", "1")["server"], "--api-server-count") == "6"
 
 
-def test_a_fork_server_changes_the_engine_launchers_interpreter_line_alone(
+def test_a_fork_server_changes_the_interpreter_lines_of_the_processes_that_start_children(
     capsys, monkeypatch
 ) -> None:
+    monkeypatch.setenv("API_SERVER_COUNT", "3")
     before = serve_lines(capsys, "chandra", "--gpus", "1")
     monkeypatch.setenv("VLLM_FORK_SERVER", "true")
     after = serve_lines(capsys, "chandra", "--gpus", "1")
-    assert after["server"] == before["server"]
-    assert before["engine"][1:3] == ["-m", "vllm.entrypoints.cli.main"]
-    assert after["engine"][1:3] == FORK_LAUNCHER and Path(FORK_LAUNCHER[1]).is_file()
-    assert after["engine"][3:] == before["engine"][3:]
+    assert Path(FORK_LAUNCHER[1]).is_file()
+    for role in ("engine", "server"):  # the engine core; the API servers beyond the first
+        assert before[role][1:3] == ["-m", "vllm.entrypoints.cli.main"]
+        assert after[role][1:3] == FORK_LAUNCHER and after[role][3:] == before[role][3:]
+    # one API server runs in the server's own process: nothing there to fork
+    monkeypatch.setenv("API_SERVER_COUNT", "1")
+    single = serve_lines(capsys, "chandra", "--gpus", "1")
+    assert single["server"][1:3] == ["-m", "vllm.entrypoints.cli.main"]
+    assert single["engine"][1:3] == FORK_LAUNCHER
 
 
 @pytest.mark.parametrize("family", list(CONFIGS))

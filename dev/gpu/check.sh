@@ -54,7 +54,7 @@ pack() {  # everything of this call so far, in one file
 }
 
 vllm_pids() {  # vLLM's processes, by their command lines (its own rename them VLLM::...)
-  ps -eo pid=,args= | awk '/vllm\.entrypoints|fork_launcher\.py|VLLM::/ && !/awk/ {print $1}'
+  ps -ww -eo pid=,args= | awk '/vllm\.entrypoints|fork_launcher\.py|VLLM::/ && !/awk/ {print $1}'
 }
 
 stop_vllm() {  # nothing of a run may hold the port or the GPU for the next one

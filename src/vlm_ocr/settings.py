@@ -514,11 +514,12 @@ class VllmSettings(Group):
     )
     vllm_fork_server: bool = Field(
         False,
-        description="With `VLLM_SPLIT_START`: the engine launcher forks the engine core from a "
-        "fork server it starts before anything touches the GPU, which imports vLLM beside it. "
-        "For the Qwen3.5-based families, whose config makes vLLM spawn the engine core and "
-        "import itself again, that import leaves the start. Off until measured on a GPU "
-        "(docs/models.md, Cold start).",
+        description="With `VLLM_SPLIT_START`: the processes vLLM starts for itself (the engine "
+        "core, and the API servers when `API_SERVER_COUNT` is above 1) are forked from a fork "
+        "server started before anything touches the GPU, which imports vLLM beside its parent, "
+        "rather than spawned to import vLLM again after it. For the Qwen3.5-based families "
+        "(whose engine core vLLM spawns) and for several API servers that import leaves the "
+        "start. Off until measured on a GPU (docs/models.md, Cold start).",
     )
     vllm_startup_timeout_s: float = Field(
         900.0,

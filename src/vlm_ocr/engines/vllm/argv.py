@@ -24,9 +24,9 @@ from ..gpu import GpuFacts
 
 # What the `vllm` command runs, after vLLM's interpreter
 VLLM_CLI = ["-m", "vllm.entrypoints.cli.main"]
-# The engine launcher `VLLM_FORK_SERVER` runs in place of VLLM_CLI: a script of this package that
-# vLLM's interpreter runs by path (it imports only vLLM and the stdlib), its folder not put on the
-# module path (-P)
+# What `VLLM_FORK_SERVER` runs in place of VLLM_CLI (the engine launcher, and the API-server
+# process where it has several): a script of this package that vLLM's interpreter runs by path (it
+# imports only vLLM and the stdlib), its folder not put on the module path (-P)
 FORK_LAUNCHER = ["-P", str(Path(__file__).with_name("fork_launcher.py"))]
 
 # `MAX_NUM_SEQS=0`: sequences by the memory the engine has (GiB, all its GPUs). On an H200 the 32B
@@ -325,9 +325,17 @@ def launch_argvs(spec: ServeSpec, port: int, rpc_port: int = 0) -> dict[str, lis
         return {"server": [*argv, *several, *front]}
     dp = ["--data-parallel-size", replicas, "--data-parallel-address", "127.0.0.1"]
     dp += ["--data-parallel-rpc-port", str(rpc_port)]
-    entry = FORK_LAUNCHER if spec.vllm.vllm_fork_server else VLLM_CLI
-    launcher = [argv[0], *entry, *argv[1 + len(VLLM_CLI) :]]
+    forked = [argv[0], *FORK_LAUNCHER, *argv[1 + len(VLLM_CLI) :]]
+    fork = spec.vllm.vllm_fork_server
+    # one API server runs in the server's own process: it starts no child to fork
+    server = forked if fork and spec.api_server_count > 1 else argv
     return {
-        "server": [*argv, *dp, "--data-parallel-size-local", "0", *front],
-        "engine": [*launcher, *dp, "--data-parallel-size-local", replicas, "--headless"],
+        "server": [*server, *dp, "--data-parallel-size-local", "0", *front],
+        "engine": [
+            *(forked if fork else argv),
+            *dp,
+            "--data-parallel-size-local",
+            replicas,
+            "--headless",
+        ],
     }

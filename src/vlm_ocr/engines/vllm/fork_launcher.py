@@ -1,16 +1,19 @@
-"""vLLM's headless engine launcher with its engine core forked from a fork server (run by path
-with vLLM's interpreter: `python -P fork_launcher.py serve MODEL ... --headless`).
+"""vLLM's command line with the processes vLLM starts for itself forked from a fork server (run by
+path with vLLM's interpreter: `python -P fork_launcher.py serve MODEL ...`). The split start runs
+its headless engine launcher so, and its API-server process so when it has several API servers.
 
-Why: building the config of a Qwen3.5-based model imports its gated-delta-net kernels, whose
-module asks the GPU its name as it is imported; a process that has touched the CUDA driver cannot
-fork safely, so vLLM spawns the engine core, which imports torch and vLLM all over again (about
-20 s of every start of those families on an H200 host). Here a fork server is started first,
-before anything touches the GPU, and imports the engine core's modules while the launcher imports
-and builds its config; the engine core is then forked from it, ready. Like a spawned one, it gets
-the launcher's environment as it is when the engine core is started.
+Why: vLLM starts those processes with `spawn` wherever a fork is unsafe, and each imports torch
+and vLLM all over again (about 20 s a process on an H200 host), after its parent has imported them.
+The engine core is spawned for the Qwen3.5-based families, whose config imports gated-delta-net
+kernels that ask the GPU its name as they are imported (a process that has touched the CUDA
+driver cannot fork safely); the API servers beyond the first are always spawned. Here a fork
+server is started first, before anything touches the GPU, and imports the child's modules
+while this process imports vLLM and builds its config; the children are then forked from it,
+ready. Like a spawned process, each gets this process's environment as it is at its start.
 
 This file imports only the standard library and vLLM: it runs in vLLM's environment, not the
-worker's. Where vLLM has not got the hook it patches, it runs vLLM's own launcher unchanged.
+worker's. Where vLLM has not got a hook it patches, that child starts as vLLM starts it (said on
+stderr).
 """
 
 from __future__ import annotations
@@ -20,50 +23,71 @@ import os
 import sys
 from typing import Any
 
-# What the fork server imports before the first engine core is forked from it
-PRELOAD = ["__main__", "vllm.v1.engine.core"]
+# What the fork server imports before the first child is forked from it, by this process's role
+ENGINE_CORE = "vllm.v1.engine.core"
+API_SERVER = "vllm.entrypoints.launchers.api_server.entry"
 FORKSERVER = multiprocessing.get_context("forkserver")
 
 
-class EngineCoreProcess(FORKSERVER.Process):
-    """A process forked from the fork server that runs with the launcher's environment at
-    `start()`, as a spawned process would (vLLM sets variables around the start)."""
+class LauncherEnvProcess(FORKSERVER.Process):
+    """A process forked from the fork server that runs with this process's environment at
+    `start()`, as a spawned process would (vLLM sets variables around a child's start)."""
 
     def start(self) -> None:
         self._launcher_env = dict(os.environ)
         super().start()
 
     def run(self) -> None:
-        os.environ.clear()
-        os.environ.update(self._launcher_env)
+        # changed key by key: emptying the C environment first leaves setproctitle (vLLM names
+        # its processes VLLM::...) nothing to write the new title over
+        for key in os.environ.keys() - self._launcher_env.keys():
+            del os.environ[key]
+        os.environ.update({k: v for k, v in self._launcher_env.items() if os.environ.get(k) != v})
         super().run()
 
 
 class ForkServerContext:
-    """The fork server's multiprocessing context with `EngineCoreProcess` as its Process."""
+    """The fork server's multiprocessing context with `LauncherEnvProcess` as its Process."""
 
-    Process = EngineCoreProcess
+    Process = LauncherEnvProcess
 
     def __getattr__(self, name: str) -> Any:
         return getattr(FORKSERVER, name)
 
 
+class SpawnAsForkServer:
+    """`multiprocessing` as vLLM's API-server manager sees it: asked for the spawn context, it
+    gives the fork server's."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(multiprocessing, name)
+
+    @staticmethod
+    def get_context(method: str | None = None) -> Any:
+        return ForkServerContext() if method == "spawn" else multiprocessing.get_context(method)
+
+
+def unpatched(what: str) -> None:
+    print(f"fork_launcher: {what}; it starts as vLLM starts it", file=sys.stderr, flush=True)
+
+
 def main() -> None:
-    FORKSERVER.set_forkserver_preload(PRELOAD)
+    headless = "--headless" in sys.argv
+    FORKSERVER.set_forkserver_preload(["__main__", ENGINE_CORE if headless else API_SERVER])
     from multiprocessing import forkserver
 
-    forkserver.ensure_running()  # imports PRELOAD in its own process, beside the launcher
+    forkserver.ensure_running()  # imports the preload in its own process, beside this one
     import vllm.v1.engine.utils as engine_utils
+    import vllm.v1.utils as v1_utils
 
-    if callable(getattr(engine_utils, "get_mp_context", None)):
+    if callable(getattr(engine_utils, "get_mp_context", None)):  # the engine core's context
         engine_utils.get_mp_context = ForkServerContext
-    else:
-        print(
-            "fork_launcher: this vLLM has no vllm.v1.engine.utils.get_mp_context; "
-            "its engine core starts as vLLM starts it",
-            file=sys.stderr,
-            flush=True,
-        )
+    elif headless:
+        unpatched("this vLLM has no vllm.v1.engine.utils.get_mp_context: the engine core")
+    if getattr(v1_utils, "multiprocessing", None) is multiprocessing:  # the API servers'
+        v1_utils.multiprocessing = SpawnAsForkServer()  # type: ignore[assignment]
+    elif not headless:
+        unpatched("this vLLM starts its API servers otherwise")
     from vllm.entrypoints.cli.main import main as vllm_main
 
     sys.argv = ["vllm", *sys.argv[1:]]

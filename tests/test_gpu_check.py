@@ -68,6 +68,14 @@ def test_a_small_fast_model_gets_two_waves_and_the_32b_one() -> None:
     assert gpu_check.pages_for(3.02) == 256  # Qwen3-VL-32B: its 256 sequences busy, not 170 s
 
 
+def test_a_specs_sequences_size_its_waves() -> None:
+    rows = [run(engine_ready_s=139.9, pages_per_s=13.15, direct_pages_per_s=13.74)]
+    wide = gpu_check.step("olmocr,MAX_NUM_SEQS=512", rows, "0.32")
+    # 512 sequences filled more than once: a minute a pass at the last pace, past one wave
+    assert wide.pages == gpu_check.pages_for(13.74, 512) == 832
+    assert gpu_check.step("olmocr", rows, "0.32").pages == gpu_check.pages_for(13.74) == 512
+
+
 def test_a_fresh_run_is_sized_from_the_models_last_fresh_row_at_its_defaults() -> None:
     rows = [
         run(engine_ready_s=187.9, pages_per_s=9.44, direct_pages_per_s=10.54),

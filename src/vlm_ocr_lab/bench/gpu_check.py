@@ -203,17 +203,19 @@ def step(spec: str, rows: list[measured.Run], vllm: str = "") -> Step:
     paced = _last(mine, "pages_per_s", "fresh") or _last(mine, "pages_per_s")  # with its direct
     worker = paced.pages_per_s if paced and paced.pages_per_s else target.pages_per_s
     direct = paced.direct_pages_per_s if paced and paced.direct_pages_per_s else worker
-    pages = pages_for(max(worker, direct))
+    # a spec's MAX_NUM_SEQS is what the engine's waves are made of (0: the H200's default)
+    seqs = int(settings.get("MAX_NUM_SEQS") or 0) or None
+    pages = pages_for(max(worker, direct), seqs)
     basis = f"start: {_basis(fresh)}; pace: {_basis(paced)}"
     passes_s = pages / worker + pages / direct
     return Step(target, start, pages, fresh_s * START_MARGIN, passes_s, basis, env, settings)
 
 
-def pages_for(pages_per_s: float) -> int:
+def pages_for(pages_per_s: float, seqs: int | None = None) -> int:
     """The fewest pages, in steps of PAGE_STEP, that keep a pass PASS_S long at this pace and
-    fill the engine's sequences once, and WAVES times where that is a pass of at most
-    WAVE_PASS_S."""
-    seqs = default_max_num_seqs(H200_GIB)
+    fill the engine's `seqs` sequences (the H200's default when None) once, and WAVES times
+    where that is a pass of at most WAVE_PASS_S."""
+    seqs = seqs or default_max_num_seqs(H200_GIB)
     waves = max(seqs, min(WAVES * seqs, math.floor(WAVE_PASS_S * pages_per_s)))
     want = max(MIN_PAGES, math.ceil(PASS_S * pages_per_s), waves)
     return min(MAX_PAGES, math.ceil(want / PAGE_STEP) * PAGE_STEP)

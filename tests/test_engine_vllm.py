@@ -113,7 +113,8 @@ def test_two_api_servers_share_the_image_preprocessing_with_a_split_start(
     )
     with serving(loop, settings) as worker:
         server = worker.engine.server.proc.pid  # type: ignore[attr-defined]
-        fronts = [p for p in child_pids(server) if process_name(p).startswith("VLLM::APIServer")]
+        # the server's children, or its fork server's (VLLM_FORK_SERVER, the default)
+        fronts = [p for p in descendants(server) if process_name(p).startswith("VLLM::APIServer")]
         result = loop.run(worker.run("two-fronts", TWO_PAGES))
     facts = result.engine
     assert facts["api_server_count"] == 2 and facts["split_start"] is True
@@ -147,6 +148,8 @@ def test_vllms_own_processes_fork_from_a_fork_server_when_asked(
         }
         titles = {role: sorted(process_title(p) for p in pids) for role, pids in forked.items()}
         result = loop.run(worker.run("fork-server", TWO_PAGES))
+        base_url = worker.engine.server.base_url  # type: ignore[attr-defined]
+        metrics = httpx.get(base_url + "/metrics").text
     for role in ("engine", "server"):
         assert children[role].argv[1:3] == FORK_LAUNCHER
         # each launcher's children are multiprocessing's fork server and resource tracker alone
@@ -158,6 +161,9 @@ def test_vllms_own_processes_fork_from_a_fork_server_when_asked(
     }
     assert result.engine["fork_server"] is True and result.engine["split_start"] is True
     assert [p.status for p in result.pages] != [] and all(p.tries for p in result.pages)
+    # the API servers' counters reach vLLM's /metrics (summed over its servers), as spawned ones'
+    prompt = re.search(r"^vllm:prompt_tokens_total\{[^}]*\} ([\d.e+]+)", metrics, re.M)
+    assert prompt is not None and float(prompt.group(1)) > 0, metrics[:2000]
 
 
 def process_title(pid: int) -> str:
@@ -312,7 +318,7 @@ def engine_pids(worker_pid: int) -> dict[str, int]:
     pids = {}
     for pid in child_pids(worker_pid):
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        if b"vllm.entrypoints" in cmdline:
+        if b"vllm.entrypoints" in cmdline or b"fork_launcher.py" in cmdline:
             pids["engine" if b"--headless" in cmdline else "server"] = pid
     assert set(pids) == {"server", "engine"}, f"the worker's vLLM children: {pids}"
     return pids
@@ -345,9 +351,10 @@ def test_killing_the_engine_core_mid_job_fails_fast_and_exits(
 
     threading.Thread(target=watch_log, daemon=True).start()
     try:
-        # The engine core, where an out-of-memory kill lands: the launcher's forked child.
+        # The engine core, where an out-of-memory kill lands: forked by the launcher's fork
+        # server (VLLM_FORK_SERVER, the default)
         launcher = engine_pids(proc.pid)["engine"]
-        (core,) = [p for p in child_pids(launcher) if _comm(p).startswith("VLLM::EngineCor")]
+        (core,) = [p for p in descendants(launcher) if _comm(p).startswith("VLLM::EngineCor")]
         pdf = samples.pdf_from_pages(samples.numbered_pages(40, lines=1))
         job = {"input": {"pdf": {"base64": b64(pdf)}, "output_prefix": "crash"}}
 

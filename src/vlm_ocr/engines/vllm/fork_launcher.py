@@ -43,6 +43,12 @@ class LauncherEnvProcess(FORKSERVER.Process):
         for key in os.environ.keys() - self._launcher_env.keys():
             del os.environ[key]
         os.environ.update({k: v for k, v in self._launcher_env.items() if os.environ.get(k) != v})
+        # prometheus_client picks its kind of value when imported, in the fork server, before
+        # vLLM set PROMETHEUS_MULTIPROC_DIR for its API servers: pick again, so each server's
+        # metrics go to that folder and /metrics sums them, as in spawned servers
+        values = sys.modules.get("prometheus_client.values")
+        if values is not None:
+            values.ValueClass = values.get_value_class()
         super().run()
 
 

@@ -15,7 +15,9 @@ from vlm_ocr.engines.families.qwen import QwenVl
 from vlm_ocr.engines.gpu import GpuFacts
 from vlm_ocr.engines.model_files import ModelFiles
 from vlm_ocr.engines.vllm.argv import (
+    FORK_LAUNCHER,
     IMAGE_VLLM,
+    VLLM_CLI,
     ServeSpec,
     cuda_graph_sizes,
     default_max_num_seqs,
@@ -148,9 +150,16 @@ def test_a_split_start_is_one_server_and_one_headless_engine_on_the_same_flags()
         "8100",
     ]
     base = server_argv(split, 8000)
+    # both run through the fork launcher (VLLM_FORK_SERVER, the default), on vLLM's flags
+    forked = [base[0], *FORK_LAUNCHER, *base[1 + len(VLLM_CLI) :]]
     # the default model's 1.6 MP pages: two API servers; the headless engine has none
     front = ["--api-server-count", "2"]
     assert argvs == {
+        "server": [*forked, *dp, "--data-parallel-size-local", "0", *front],
+        "engine": [*forked, *dp, "--data-parallel-size-local", "1", "--headless"],
+    }
+    unforked = launch_argvs(spec(H100, vllm_split_start=True, vllm_fork_server=False), 8000, 8100)
+    assert unforked == {
         "server": [*base, *dp, "--data-parallel-size-local", "0", *front],
         "engine": [*base, *dp, "--data-parallel-size-local", "1", "--headless"],
     }

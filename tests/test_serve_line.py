@@ -131,6 +131,7 @@ def test_a_fork_server_changes_the_interpreter_lines_of_the_processes_that_start
     capsys, monkeypatch
 ) -> None:
     monkeypatch.setenv("API_SERVER_COUNT", "3")
+    monkeypatch.setenv("VLLM_FORK_SERVER", "false")
     before = serve_lines(capsys, "chandra", "--gpus", "1")
     monkeypatch.setenv("VLLM_FORK_SERVER", "true")
     after = serve_lines(capsys, "chandra", "--gpus", "1")

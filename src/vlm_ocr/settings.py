@@ -513,13 +513,14 @@ class VllmSettings(Group):
         "serve`, which spawns its engine core only after its own imports.",
     )
     vllm_fork_server: bool = Field(
-        False,
+        True,
         description="With `VLLM_SPLIT_START`: the processes vLLM starts for itself (the engine "
         "core, and the API servers when `API_SERVER_COUNT` is above 1) are forked from a fork "
         "server started before anything touches the GPU, which imports vLLM beside its parent, "
         "rather than spawned to import vLLM again after it. For the Qwen3.5-based families "
-        "(whose engine core vLLM spawns) and for several API servers that import leaves the "
-        "start. Off until measured on a GPU (docs/models.md, Cold start).",
+        "(whose engine core vLLM would spawn) it takes that import off every start, fresh or "
+        "warm (measured on an H200: docs/models.md, Cold start). `false`: vLLM starts them "
+        "itself.",
     )
     vllm_startup_timeout_s: float = Field(
         900.0,

@@ -329,13 +329,8 @@ def launch_argvs(spec: ServeSpec, port: int, rpc_port: int = 0) -> dict[str, lis
     fork = spec.vllm.vllm_fork_server
     # one API server runs in the server's own process: it starts no child to fork
     server = forked if fork and spec.api_server_count > 1 else argv
+    engine = forked if fork else argv
     return {
         "server": [*server, *dp, "--data-parallel-size-local", "0", *front],
-        "engine": [
-            *(forked if fork else argv),
-            *dp,
-            "--data-parallel-size-local",
-            replicas,
-            "--headless",
-        ],
+        "engine": [*engine, *dp, "--data-parallel-size-local", replicas, "--headless"],
     }

@@ -12,7 +12,13 @@ from vlm_ocr.cli import main as cli
 from vlm_ocr.cli.plan import Layout, choose
 from vlm_ocr.engines.factory import make_engine
 from vlm_ocr.engines.gpu import GpuFacts
-from vlm_ocr.engines.vllm.argv import ServeSpec, launch_argvs, server_argv
+from vlm_ocr.engines.vllm.argv import (
+    FORK_LAUNCHER,
+    VLLM_CLI,
+    ServeSpec,
+    launch_argvs,
+    server_argv,
+)
 from vlm_ocr.errors import ConfigError
 from vlm_ocr.settings import Settings
 from vlm_ocr_lab.standins.fakes import FakeEngine
@@ -61,9 +67,12 @@ def test_replicas_start_together_behind_one_server() -> None:
     # one launcher starts both engine cores at once; they share the compile caches; the API
     # servers (two for 1.6 MP pages) feed both
     front = ["--api-server-count", "2"]
+    # both through the fork launcher (VLLM_FORK_SERVER, the default): the engine cores and the
+    # API servers are forked, not spawned
+    forked = [base[0], *FORK_LAUNCHER, *base[1 + len(VLLM_CLI) :]]
     assert argvs == {
-        "server": [*base, *dp, "--data-parallel-size-local", "0", *front],
-        "engine": [*base, *dp, "--data-parallel-size-local", "2", "--headless"],
+        "server": [*forked, *dp, "--data-parallel-size-local", "0", *front],
+        "engine": [*forked, *dp, "--data-parallel-size-local", "2", "--headless"],
     }
     assert base[base.index("--tensor-parallel-size") + 1] == "1"
     assert base[base.index("--max-num-seqs") + 1] == "256"  # per replica

@@ -95,9 +95,17 @@ run_one() {  # in a subshell: the run's own environment, and env.sh sourced with
   else
     pages_args=(--pages 0 --jobs 1)
   fi
+  # PYSPY_HZ=N (a run's setting: chandra:warm,PYSPY_HZ=20) samples every process of the run with
+  # py-spy (carried to $A/py-spy), idle threads too, into TAG-pyspy.json (speedscope's format,
+  # samples in order): dev/gpu/pyspy_summary.py reads where each process's time went
+  local profile=()
+  if [ -n "${PYSPY_HZ:-}" ] && [ -x "$A/py-spy" ]; then
+    profile=("$A/py-spy" record --subprocesses --idle --nonblocking --format speedscope
+      -r "$PYSPY_HZ" -o "${log%.txt}-pyspy.json" --)
+  fi
   # DEBUG: vLLM's own lines go to the run's log with the worker's (a phase that grew is read there)
   LOG_LEVEL=${LOG_LEVEL:-DEBUG} MODEL_NAME=$dir VLLM_PORT=$port timeout -k 5 $((limit + 20)) \
-    $py -m vlm_ocr_lab bench "${pages_args[@]}" --output-tokens 800 --gpu-price 3.99 \
+    "${profile[@]}" $py -m vlm_ocr_lab bench "${pages_args[@]}" --output-tokens 800 --gpu-price 3.99 \
     --progress 15 --time-limit "$limit" --record "$work/row.jsonl" --commit "$commit" \
     --model "$checkpoint" \
     --note "GPU check $label, its $kind run: engine start $n on this host${run_env:+, $run_env}" \

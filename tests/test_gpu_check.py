@@ -189,6 +189,10 @@ def test_a_spec_names_the_workers_settings_for_its_run_alone() -> None:
     # a warm start still needs its target's fresh one, whatever their settings
     fates = gpu_check.plan(["olmocr,MAX_NUM_SEQS=512", "olmocr:warm"], 5000, [], "", set())
     assert [f for _, f in fates] == ["runs", "runs"]
+    # the check's own variables travel the same way; the worker never reads them
+    profiled = gpu_check.step("chandra:warm,PYSPY_HZ=20", [])
+    assert profiled.settings == {"PYSPY_HZ": "20"}
+    assert "PYSPY_HZ=20" in shlex.split(profiled.shell(5000))[-2]
 
 
 @pytest.mark.parametrize(

@@ -147,6 +147,9 @@ class Step:
 # A setting's value in a spec: it travels as one word of `export` in the check's shell
 _VALUE = re.compile(r"[A-Za-z0-9_.:/+-]+")
 _SETTINGS = {env_name(name) for name in Settings.GROUP_OF}
+# The check's own variables a spec may set: check.sh reads them, the worker does not, so a row's
+# overrides never hold them (its note does). PYSPY_HZ: sample the run's processes with py-spy.
+_CHECK_OWN = {"PYSPY_HZ"}
 
 
 def _pairs(env: dict[str, str]) -> list[str]:
@@ -154,7 +157,8 @@ def _pairs(env: dict[str, str]) -> list[str]:
 
 
 def parse_spec(spec: str) -> tuple[Target, measured.Start, dict[str, str]]:
-    """TARGET[:warm][,VAR=VALUE...]: the target, its start, and the worker settings it names."""
+    """TARGET[:warm][,VAR=VALUE...]: the target, its start, and the settings it names (the
+    worker's, and the check's own)."""
     head, *pairs = spec.split(",")
     name, _, kind = head.partition(":")
     if name not in TARGETS:
@@ -164,9 +168,10 @@ def parse_spec(spec: str) -> tuple[Target, measured.Start, dict[str, str]]:
     settings = {}
     for pair in pairs:
         var, eq, value = pair.partition("=")
-        if not eq or var not in _SETTINGS or not _VALUE.fullmatch(value):
+        if not eq or var not in _SETTINGS | _CHECK_OWN or not _VALUE.fullmatch(value):
             raise ValueError(
                 f"{spec!r}: {pair!r} is not VAR=VALUE with VAR one of the worker's settings "
+                f"(or the check's own: {', '.join(sorted(_CHECK_OWN))}) "
                 "and VALUE letters, digits and ._:/+- alone"
             )
         settings[var] = value

@@ -1,0 +1,148 @@
+"""Where each process of a GPU-check run spent its time, from py-spy's samples (check.sh's
+PYSPY_HZ: `py-spy record --subprocesses --idle --format speedscope`, samples in order).
+
+    python3 dev/gpu/pyspy_summary.py RUN-pyspy.json [--hz 20] [--every 2] [--top 25]
+        [--from S] [--to S]
+
+For each process (its role told from its command line or vLLM's title) and each thread with
+samples: seconds sampled; for the main thread, a timeline (every --every seconds, the most
+sampled frame of vLLM, the worker or an imported module's top level, and the leaf under it), the
+modules whose import took longest (inclusive) and the functions with the most inclusive time.
+Time is sample count over the rate (py-spy samples without stopping the process, so a thread's
+n-th sample is close to n/rate seconds after py-spy found it); --from/--to cut a thread's window.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import re
+import sys
+
+_PROFILE = re.compile(r'Process (\d+) Thread (\d+) "?([^"]*)"?')
+_ROOT = re.compile(r'process (\d+):"(.*)"', re.S)
+# where a frame's file is, shortened to the package path
+_SITE = re.compile(r".*/(?:site-packages|site\d*|dist-packages|src)/|.*/lib/python3\.\d+/")
+_OURS = ("vllm/", "vlm_ocr", "transformers/", "torch/", "flashinfer/", "triton/")
+
+
+def role(cmdline: str) -> str:
+    if "VLLM::EngineCore" in cmdline or "EngineCore" in cmdline:
+        return "engine core"
+    m = re.search(r"VLLM::(APIServer_\d+)|(ApiServer_\d+)", cmdline)
+    if m:
+        return m.group(1) or m.group(2)
+    if "forkserver" in cmdline:
+        return "fork server"
+    if "--headless" in cmdline:
+        return "engine launcher"
+    if "fork_launcher.py" in cmdline or "vllm" in cmdline and " serve " in cmdline:
+        return "API server process"
+    if "vlm_ocr_lab" in cmdline or "vlm_ocr" in cmdline:
+        return "worker"
+    return cmdline.split()[0][-40:] if cmdline.strip() else "?"
+
+
+def short(frame: dict) -> str:
+    path = _SITE.sub("", frame.get("file") or "")
+    return f"{frame['name']} ({path}:{frame.get('line') or 0})"
+
+
+def module_of(frame: dict) -> str | None:
+    """The module a `<module>` frame runs (an import's top level), by its file."""
+    if frame["name"] != "<module>":
+        return None
+    path = _SITE.sub("", frame.get("file") or "")
+    return path.removesuffix("/__init__.py").removesuffix(".py").replace("/", ".") or None
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("profile")
+    p.add_argument("--hz", type=float, default=20.0, help="py-spy's rate (-r) of the run")
+    p.add_argument("--every", type=float, default=2.0, help="the timeline's step, seconds")
+    p.add_argument("--top", type=int, default=25)
+    p.add_argument("--from", dest="start", type=float, default=0.0)
+    p.add_argument("--to", dest="end", type=float, default=float("inf"))
+    p.add_argument("--min-s", type=float, default=0.5, help="leave out threads sampled less")
+    args = p.parse_args(argv)
+    data = json.load(open(args.profile))
+    frames = data["shared"]["frames"]
+    by_pid: dict[str, list[dict]] = collections.defaultdict(list)
+    for prof in data["profiles"]:
+        m = _PROFILE.match(prof["name"])
+        by_pid[m.group(1) if m else prof["name"]].append(prof)
+    for pid, profs in by_pid.items():
+        cmdline = ""
+        for prof in profs:
+            for sample in prof["samples"][:50]:
+                for i in sample:
+                    if r := _ROOT.match(frames[i]["name"]):
+                        cmdline = r.group(2)
+                        break
+                if cmdline:
+                    break
+        total = sum(len(pr["samples"]) for pr in profs) / args.hz
+        print(f"\n=== pid {pid}: {role(cmdline)}: {total:.1f} thread-seconds sampled")
+        print(f"    {' '.join(cmdline.split())[:220]}")
+        for prof in sorted(profs, key=lambda pr: -len(pr["samples"])):
+            n = len(prof["samples"])
+            if n / args.hz < args.min_s:
+                continue
+            m = _PROFILE.match(prof["name"])
+            name = m.group(3) if m else prof["name"]
+            print(f"  thread {name or m.group(2) if m else ''}: {n / args.hz:.1f} s")
+            if name != "MainThread" and prof is not profs[0]:
+                continue
+            window = [
+                s
+                for k, s in enumerate(prof["samples"])
+                if args.start <= k / args.hz < args.end
+            ]
+            describe(window, frames, args, offset=args.start)
+    return 0
+
+
+def describe(samples: list[list[int]], frames: list[dict], args, offset: float) -> None:
+    hz, step = args.hz, max(1, round(args.every * args.hz))
+    print("    timeline (s: the deepest frame of vLLM/the worker/a module's top level | leaf)")
+    for b in range(0, len(samples), step):
+        chunk = samples[b : b + step]
+        counts = collections.Counter(_marker(s, frames) for s in chunk)
+        (mark, n) = counts.most_common(1)[0]
+        print(f"      {offset + b / hz:7.1f}  {n * 100 // len(chunk):3d}%  {mark}")
+    inclusive = collections.Counter()
+    modules = collections.Counter()
+    for s in samples:
+        seen = set()
+        for i in s:
+            if i in seen:
+                continue
+            seen.add(i)
+            inclusive[i] += 1
+            if mod := module_of(frames[i]):
+                modules[mod] += 1
+    print("    imports, inclusive (s):")
+    for mod, n in modules.most_common(args.top):
+        print(f"      {n / hz:7.1f}  {mod}")
+    print("    functions, inclusive (s):")
+    for i, n in inclusive.most_common(args.top + 5):
+        if _ROOT.match(frames[i]["name"]):
+            continue
+        print(f"      {n / hz:7.1f}  {short(frames[i])}")
+
+
+def _marker(sample: list[int], frames: list[dict]) -> str:
+    # py-spy's speedscope stacks run from the root (the process frame) to the leaf
+    ours = [i for i in sample if any(k in (frames[i].get("file") or "") for k in _OURS)]
+    mods = [i for i in sample if frames[i]["name"] == "<module>"]
+    pick = ours[-1] if ours else (mods[-1] if mods else sample[-1])
+    mark = short(frames[pick])
+    if mods and mods[-1] != pick:
+        mark = f"import {module_of(frames[mods[-1]])} > {mark}"
+    return f"{mark} | {frames[sample[-1]]['name']}" if sample[-1] != pick else mark
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -79,6 +79,7 @@ def key(
         {"cuda_graph_sizes": "1,8,64"},
         {"start_mode": "fast"},
         {"triton_autotune": True},  # kernels tuned or not
+        {"encoder_cuda_graphs": True},  # the encoder's graphs captured (and their memory)
         {"enforce_eager": True},
         {"gdn_prefill_backend": "flashinfer"},
         {"gpu_memory_utilization": 0.8},

@@ -161,6 +161,12 @@ def test_start_modes_in_the_serve_line(capsys, monkeypatch, family: str) -> None
     tuned = serve_lines(capsys, family, "--gpus", "1", env=True)["engine"]
     assert tuned == [w.replace(", " + untimed, "") for w in throughput]  # no variable, timed
     monkeypatch.setenv("TRITON_AUTOTUNE", "")
+    monkeypatch.setenv("ENCODER_CUDA_GRAPHS", "true")  # the vision encoder captured too
+    graphs = json.loads(
+        flag(serve_lines(capsys, family, "--gpus", "1")["engine"], "--compilation-config")
+    )
+    assert graphs == json.loads(config) | {"cudagraph_mm_encoder": True}
+    monkeypatch.setenv("ENCODER_CUDA_GRAPHS", "")
     monkeypatch.setenv("START_MODE", "fast")
     fast = serve_lines(capsys, family, "--gpus", "1")["engine"]
     assert flag(fast, "--optimization-level") == "0"  # no torch.compile, no autotuning

@@ -473,6 +473,14 @@ class VllmSettings(Group):
         "(`VLLM_TRITON_FORCE_FIRST_CONFIG`), which measured no slower on an H200, and combo "
         "kernels are kept untimed (docs/models.md, Cold start).",
     )
+    encoder_cuda_graphs: bool = Field(
+        False,
+        description="`true`: on a GPU at `START_MODE=throughput`, vLLM captures the vision "
+        "encoder in CUDA graphs too, at a few token budgets into which each batch of page images "
+        "is packed (`cudagraph_mm_encoder`, vLLM 0.32 on; Qwen2.5-VL, Qwen3-VL and Qwen3.5 "
+        "encoders); `false`: the encoder runs eagerly, as vLLM's default (docs/models.md says "
+        "what it measured).",
+    )
     api_server_count: int = Field(
         0,
         ge=0,

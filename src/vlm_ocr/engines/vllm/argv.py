@@ -93,6 +93,8 @@ def compilation_args(vllm: VllmSettings, max_num_seqs: int, cuda: bool) -> list[
     config: dict[str, object] = {"cudagraph_capture_sizes": cuda_graph_sizes(vllm, max_num_seqs)}
     if cuda and not vllm.triton_autotune:  # (vLLM's CPU build turns combo kernels off)
         config["inductor_compile_config"] = INDUCTOR_UNTIMED
+    if cuda and vllm.encoder_cuda_graphs:
+        config["cudagraph_mm_encoder"] = True
     return ["--compilation-config", json.dumps(config)]
 
 

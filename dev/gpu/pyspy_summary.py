@@ -37,7 +37,7 @@ def role(cmdline: str) -> str:
         return "fork server"
     if "--headless" in cmdline:
         return "engine launcher"
-    if "fork_launcher.py" in cmdline or "vllm" in cmdline and " serve " in cmdline:
+    if "fork_launcher.py" in cmdline or ("vllm" in cmdline and " serve " in cmdline):
         return "API server process"
     if "vlm_ocr_lab" in cmdline or "vlm_ocr" in cmdline:
         return "worker"
@@ -67,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--to", dest="end", type=float, default=float("inf"))
     p.add_argument("--min-s", type=float, default=0.5, help="leave out threads sampled less")
     args = p.parse_args(argv)
-    data = json.load(open(args.profile))
+    with open(args.profile) as f:
+        data = json.load(f)
     frames = data["shared"]["frames"]
     by_pid: dict[str, list[dict]] = collections.defaultdict(list)
     for prof in data["profiles"]:
@@ -96,9 +97,7 @@ def main(argv: list[str] | None = None) -> int:
             if name != "MainThread" and prof is not profs[0]:
                 continue
             window = [
-                s
-                for k, s in enumerate(prof["samples"])
-                if args.start <= k / args.hz < args.end
+                s for k, s in enumerate(prof["samples"]) if args.start <= k / args.hz < args.end
             ]
             describe(window, frames, args, offset=args.start)
     return 0

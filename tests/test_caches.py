@@ -631,6 +631,11 @@ def test_the_server_points_its_caches_at_the_volume_and_publishes_once_warm(
     assert root.parent == tmp_path / "vllm-cache" and root.name.startswith("Qwen3-VL-32B")
     assert first.child_env()["TRITON_CACHE_DIR"] == str(root / "triton")
     assert first.child_env()["VLLM_TRITON_FORCE_FIRST_CONFIG"] == "1"  # TRITON_AUTOTUNE=false
+    assert first.child_env()["HUMMING_DISABLE_PARALLEL_BUILD"] == "1"
+    monkeypatch.setenv("VLLM_NO_USAGE_STATS", "0")  # a user who reports usage to vLLM: as set
+    assert first.child_env()["VLLM_NO_USAGE_STATS"] == "0"
+    monkeypatch.delenv("VLLM_NO_USAGE_STATS")
+    assert first.child_env()["VLLM_NO_USAGE_STATS"] == "1"
     assert loop.run(first.ready())["caches"]["state"] == "built and published"
     second = started()
     assert second.facts["caches"]["state"] == "reused" and second.cache_env == first.cache_env

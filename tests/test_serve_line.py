@@ -156,10 +156,17 @@ def test_start_modes_in_the_serve_line(capsys, monkeypatch, family: str) -> None
     assert untimed in config  # combo kernels fused, not timed at compile
     started = serve_lines(capsys, family, "--gpus", "1", env=True)
     for argv in started.values():  # Triton's autotuners off in every process
-        assert argv[0] == "VLLM_TRITON_FORCE_FIRST_CONFIG=1" and argv[1:2] == ["python3"]
+        assert argv[:4] == [
+            "VLLM_TRITON_FORCE_FIRST_CONFIG=1",
+            "HUMMING_DISABLE_PARALLEL_BUILD=1",  # no background prebuilds beside every process
+            "VLLM_NO_USAGE_STATS=1",  # nothing reported to vLLM's server
+            "python3",
+        ]
     monkeypatch.setenv("TRITON_AUTOTUNE", "true")
     tuned = serve_lines(capsys, family, "--gpus", "1", env=True)["engine"]
-    assert tuned == [w.replace(", " + untimed, "") for w in throughput]  # no variable, timed
+    quiet = ["HUMMING_DISABLE_PARALLEL_BUILD=1", "VLLM_NO_USAGE_STATS=1"]
+    assert tuned[:2] == quiet  # no Triton variable: tuned, and combo kernels timed
+    assert tuned[2:] == [w.replace(", " + untimed, "") for w in throughput]
     monkeypatch.setenv("TRITON_AUTOTUNE", "")
     monkeypatch.setenv("ENCODER_CUDA_GRAPHS", "true")  # the vision encoder captured too
     graphs = json.loads(

@@ -98,13 +98,25 @@ def compilation_args(vllm: VllmSettings, max_num_seqs: int, cuda: bool) -> list[
     return ["--compilation-config", json.dumps(config)]
 
 
+# Variables every vLLM process of the worker starts with (where the environment does not set
+# them). vLLM 0.32 imports humming-kernels in each of its processes, and humming's import starts
+# two Python processes in the background to prebuild its launcher and compiler (each imports
+# torch: 12-15 s of CPU on the H200 host, 14 of them beside the start of an engine with four API
+# servers, seen with py-spy); no family here runs a humming kernel (AWQ on Machete, FP8 on
+# CUTLASS), and one that did would build it at first use. vLLM's usage statistics gather the
+# host's CPU facts in a subprocess and report to vLLM's server from every engine core; a worker
+# that reads users' documents sends nothing anywhere unless told to.
+QUIET_ENGINE = {"HUMMING_DISABLE_PARALLEL_BUILD": "1", "VLLM_NO_USAGE_STATS": "1"}
+
+
 def engine_env(vllm: VllmSettings) -> dict[str, str]:
-    """Variables vLLM's processes are started with, beside its flags. Unless `TRITON_AUTOTUNE`:
-    vLLM's Triton autotuners (the gated-delta-net layers' prefill kernels; no other family runs
-    an autotuned kernel of vLLM's) compile and time every configuration of each kernel at its
-    first call, most of a fresh start's profiling run; forced to their first valid configuration
-    they compile one each."""
-    return {} if vllm.triton_autotune else {"VLLM_TRITON_FORCE_FIRST_CONFIG": "1"}
+    """Variables vLLM's processes are started with, beside its flags: `QUIET_ENGINE`, and
+    unless `TRITON_AUTOTUNE`, vLLM's Triton autotuners (the gated-delta-net layers' prefill
+    kernels; no other family runs an autotuned kernel of vLLM's), which compile and time every
+    configuration of each kernel at its first call, most of a fresh start's profiling run, forced
+    to their first valid configuration: they compile one each."""
+    tuned = {} if vllm.triton_autotune else {"VLLM_TRITON_FORCE_FIRST_CONFIG": "1"}
+    return tuned | QUIET_ENGINE
 
 
 # One API server decoded and preprocessed about 6 MP of page images a second on an H200 host:

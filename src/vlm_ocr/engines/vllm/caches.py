@@ -79,6 +79,7 @@ NOT_IN_KEY = {
     "VLLM_LOGGING_LEVEL",
     "VLLM_FORCE_AOT_LOAD",
     "VLLM_ENABLE_STARTUP_PLAN",
+    "VLLM_NO_USAGE_STATS",
 } | {name.upper() for name in VllmSettings.model_fields if name.startswith("vllm_")}
 # Variables beside vLLM's that change the memory the engine takes (so the profiled KV cache).
 MEMORY_VARIABLES = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")

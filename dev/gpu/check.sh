@@ -13,6 +13,7 @@
 # Here, the plan alone with each run's estimate (nothing runs):
 #   DRY_RUN=1 bash dev/gpu/check.sh 560 lighton-ocr olmocr olmocr:warm
 # SAMPLER_BENCH=1 first times vLLM's top-p filter alone (dev/gpu/sampler_bench.py, sampler.txt).
+# A target's PYSPY_HZ=N samples its run with py-spy (dev/gpu/pyspy_summary.py reads it).
 # TARGET: qwen-vl olmocr chandra dots-ocr lighton-ocr lighton-ocr-3-0.8b lighton-ocr-3-4b;
 # TARGET:warm is its second start, after its fresh one on the same host (this call or an
 # earlier one while the host stayed up). Settings after commas are the worker's, for that run

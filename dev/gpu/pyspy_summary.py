@@ -28,20 +28,26 @@ _OURS = ("vllm/", "vlm_ocr", "transformers/", "torch/", "flashinfer/", "triton/"
 
 
 def role(cmdline: str) -> str:
-    if "VLLM::EngineCore" in cmdline or "EngineCore" in cmdline:
-        return "engine core"
-    m = re.search(r"VLLM::(APIServer_\d+)|(ApiServer_\d+)", cmdline)
-    if m:
-        return m.group(1) or m.group(2)
-    if "forkserver" in cmdline:
-        return "fork server"
-    if "--headless" in cmdline:
-        return "engine launcher"
-    if "fork_launcher.py" in cmdline or ("vllm" in cmdline and " serve " in cmdline):
-        return "API server process"
-    if "vlm_ocr_lab" in cmdline or "vlm_ocr" in cmdline:
-        return "worker"
-    return cmdline.split()[0][-40:] if cmdline.strip() else "?"
+    """A process's part in the run, from its command line as py-spy first saw it (a forked
+    child keeps its parent's until vLLM retitles it)."""
+    for needle, name in (
+        ("EngineCore", "engine core"),
+        ("APIServer", "API server"),
+        ("ApiServer", "API server"),
+        ("forkserver import main", "fork server"),
+        ("resource_tracker", "resource tracker"),
+        ("multiprocessing.spawn", "spawned child"),
+        ("humming", "humming-kernels helper"),
+        ("--headless", "engine launcher"),
+        ("vllm-python", "engine launcher"),
+        ("os.execv", "API server process"),
+    ):
+        if needle in cmdline:
+            if name == "fork server":
+                served = "the engine core" if "engine.core" in cmdline else "the API servers"
+                return f"fork server of {served}"
+            return name
+    return "worker" if not cmdline.strip() or "vlm_ocr" in cmdline else cmdline.split()[0][-40:]
 
 
 def short(frame: dict) -> str:
@@ -79,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         for prof in profs:
             for sample in prof["samples"][:50]:
                 for i in sample:
-                    if r := _ROOT.match(frames[i]["name"]):
+                    # a child's stacks begin with its ancestors' process frames, then its own
+                    if (r := _ROOT.match(frames[i]["name"])) and r.group(1) == pid:
                         cmdline = r.group(2)
                         break
                 if cmdline:
@@ -137,6 +144,8 @@ def _marker(sample: list[int], frames: list[dict]) -> str:
     ours = [i for i in sample if any(k in (frames[i].get("file") or "") for k in _OURS)]
     mods = [i for i in sample if frames[i]["name"] == "<module>"]
     pick = ours[-1] if ours else (mods[-1] if mods else sample[-1])
+    if _ROOT.match(frames[pick]["name"]):
+        return "(no Python frame: between calls, or native code)"
     mark = short(frames[pick])
     if mods and mods[-1] != pick:
         mark = f"import {module_of(frames[mods[-1]])} > {mark}"

@@ -13,6 +13,10 @@ from .support import ROOT
 
 SCRIPT = ROOT / "dev/gpu/pyspy_summary.py"
 SITE = "/tmp/acc/site32"
+FORKSERVER = (
+    "python3 -P -c from multiprocessing.forkserver import main; "
+    "main(3, 5, ['__main__', 'vllm.entrypoints.launchers.api_server.entry'])"
+)
 
 
 def frame(name: str, file: str = "", line: int = 0) -> dict:
@@ -44,12 +48,20 @@ def write_run(path: Path) -> None:
         frame("select", "/usr/lib/python3.12/selectors.py", 415),  # 5
         frame('process 11:"VLLM::EngineCore"'),  # 6
         frame("load_model", f"{SITE}/vllm/model_executor/model_loader/base_loader.py", 92),  # 7
+        frame(f'process 12:"{FORKSERVER}"'),  # 8: the API servers' fork server
+        frame(f'process 13:"{FORKSERVER}"'),  # 9: an API server it forked, not yet retitled
     ]
     launcher = [[0, 1]] * 20 + [[0, 2, 3]] * 10 + [[0, 4, 5]] * 30
     core = [[0, 6, 7]] * 25
+    server, forked = [[8, 5]] * 10, [[8, 9, 5]] * 10
     doc = {
         "$schema": "https://www.speedscope.app/file-format-schema.json",
-        "profiles": [profile(10, "MainThread", launcher), profile(11, "MainThread", core)],
+        "profiles": [
+            profile(10, "MainThread", launcher),
+            profile(11, "MainThread", core),
+            profile(12, "MainThread", server),
+            profile(13, "MainThread", forked),
+        ],
         "shared": {"frames": frames},
         "activeProfileIndex": 0,
         "exporter": "py-spy",
@@ -73,7 +85,7 @@ def test_each_process_its_part_timeline_and_imports(tmp_path: Path) -> None:
     run = tmp_path / "run-pyspy.json"
     write_run(run)
     out = summary(run)
-    launcher, core = out.split("=== pid 11")
+    launcher, core = out.split("=== pid 12")[0].split("=== pid 11")
     assert "=== pid 10: engine launcher: 6.0 thread-seconds sampled" in launcher
     # the timeline: torch's import, then vLLM's, then the wait on the engine core
     steps = [line.split() for line in launcher.splitlines() if line.strip()[:1].isdigit()]
@@ -91,6 +103,9 @@ def test_each_process_its_part_timeline_and_imports(tmp_path: Path) -> None:
     # the forked child is told by its own process frame, not its parent's
     assert core.startswith(": engine core: 2.5 thread-seconds sampled")
     assert "load_model (vllm/model_executor/model_loader/base_loader.py:92)" in core
+    # a fork server's child keeps its command line until vLLM retitles it: told by its parent
+    assert "=== pid 12: fork server of the API servers: 1.0" in out
+    assert "=== pid 13: forked by the fork server of the API servers: 1.0" in out
 
 
 def test_a_window_of_the_run(tmp_path: Path) -> None:

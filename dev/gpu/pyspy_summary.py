@@ -81,18 +81,24 @@ def main(argv: list[str] | None = None) -> int:
         m = _PROFILE.match(prof["name"])
         by_pid[m.group(1) if m else prof["name"]].append(prof)
     for pid, profs in by_pid.items():
-        cmdline = ""
+        cmdline, parent = "", ""
         for prof in profs:
             for sample in prof["samples"][:50]:
-                for i in sample:
-                    # a child's stacks begin with its ancestors' process frames, then its own
-                    if (r := _ROOT.match(frames[i]["name"])) and r.group(1) == pid:
-                        cmdline = r.group(2)
-                        break
-                if cmdline:
+                # a child's stacks begin with its ancestors' process frames, then its own
+                chain = [r for i in sample if (r := _ROOT.match(frames[i]["name"]))]
+                mine = [k for k, r in enumerate(chain) if r.group(1) == pid]
+                if mine:
+                    cmdline = chain[mine[0]].group(2)
+                    parent = chain[mine[0] - 1].group(2) if mine[0] else ""
                     break
+            if cmdline:
+                break
+        part = role(cmdline)
+        if part.startswith("fork server") and "forkserver import main" in parent:
+            # forked, not yet retitled by vLLM: it keeps the fork server's command line
+            part = f"forked by the {role(parent)}"
         total = sum(len(pr["samples"]) for pr in profs) / args.hz
-        print(f"\n=== pid {pid}: {role(cmdline)}: {total:.1f} thread-seconds sampled")
+        print(f"\n=== pid {pid}: {part}: {total:.1f} thread-seconds sampled")
         print(f"    {' '.join(cmdline.split())[:220]}")
         for prof in sorted(profs, key=lambda pr: -len(pr["samples"])):
             n = len(prof["samples"])

@@ -4,7 +4,10 @@ types it, against the instant engine losing every request (or all but the first 
 
 from __future__ import annotations
 
+import os
 import re
+import threading
+import time
 
 from vlm_ocr_lab import cli
 
@@ -79,3 +82,27 @@ def test_a_run_cut_by_its_time_limit_counts_what_was_not_done(capsys) -> None:
     assert "(cut by --time-limit)" in text
     assert "direct: skipped (no time left within --time-limit)" in text
     assert not A_PACE.search(text)
+
+
+def test_benches_sharing_a_gpu_start_their_passes_together(capsys, tmp_path) -> None:
+    # dev/gpu/pair.sh: each bench says its engine is ready, then waits for the go file
+    go = tmp_path / "go"
+    done: list[int] = []
+    t = threading.Thread(
+        target=lambda: done.append(
+            cli.main([*INSTANT, "--faults", "0", "--pages", "2", "--start-together", str(go)])
+        )
+    )
+    t.start()
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob("go.ready-*")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert [p.name for p in tmp_path.glob("go.ready-*")] == [f"go.ready-{os.getpid()}"]
+    time.sleep(0.5)
+    assert t.is_alive() and not done  # no pass before the go
+    go.touch()
+    t.join(120)
+    out = capsys.readouterr().out
+    assert done == [0]
+    assert f"engine ready; waiting for {go} to start the passes" in out
+    assert re.search(r"pages: 2  failed: 0  wall: [\d.]+ s  pages/s: [\d.]+  ", out)

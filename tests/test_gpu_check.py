@@ -192,7 +192,33 @@ def test_a_spec_names_the_workers_settings_for_its_run_alone() -> None:
     # the check's own variables travel the same way; the worker never reads them
     profiled = gpu_check.step("chandra:warm,PYSPY_HZ=20", [])
     assert profiled.settings == {"PYSPY_HZ": "20"}
-    assert "PYSPY_HZ=20" in shlex.split(profiled.shell(5000))[-2]
+    values = dict(part.split("=", 1) for part in shlex.split(profiled.shell(5000)))
+    assert values["run_env"] == "PYSPY_HZ=20" and values["engines"] == "1"
+
+
+def test_engines_sharing_the_gpu_are_planned_as_such() -> None:
+    rows = [run(engine_ready_s=100.0, pages_per_s=10.0, direct_pages_per_s=10.0)]
+    alone = gpu_check.step("chandra", rows, "0.32")
+    shared = gpu_check.step("chandra,ENGINES_ON_GPU=2", rows, "0.32")
+    assert shared.engines == 2 and shared.pages == alone.pages
+    values = dict(part.split("=", 1) for part in shlex.split(shared.shell(5000)))
+    assert values["engines"] == "2" and values["run_env"] == "ENGINES_ON_GPU=2"
+    # the second engine starts once the first is ready, on its caches; the worker passes run
+    # at once, none slower than its share; no direct path
+    starts = alone.start_s * (1 + gpu_check.WARM_SHARE)
+    assert shared.estimate_s == starts + alone.passes_s + gpu_check.OVERHEAD_S
+    for bad in ("0", "5", "two"):
+        with pytest.raises(ValueError, match="ENGINES_ON_GPU is 1 to 4"):
+            gpu_check.parse_spec(f"chandra,ENGINES_ON_GPU={bad}")
+
+
+def test_the_summary_adds_up_engines_that_shared_the_gpu() -> None:
+    rows = [run(pages_per_s=7.5), run(pages_per_s=8.0)]
+    lines = gpu_check.summary(rows, together=True).splitlines()
+    assert len(lines) == 3 and lines[-1] == "together, 2 engines sharing the GPU: pages/s 15.50"
+    assert gpu_check.summary([run(pages_per_s=None)], together=True).endswith(
+        "no pace (an engine gave none)"
+    )
 
 
 @pytest.mark.parametrize(

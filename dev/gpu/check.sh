@@ -13,7 +13,8 @@
 # Here, the plan alone with each run's estimate (nothing runs):
 #   DRY_RUN=1 bash dev/gpu/check.sh 560 lighton-ocr olmocr olmocr:warm
 # SAMPLER_BENCH=1 first times vLLM's top-p filter alone (dev/gpu/sampler_bench.py, sampler.txt).
-# A target's PYSPY_HZ=N samples its run with py-spy (dev/gpu/pyspy_summary.py reads it).
+# A target's PYSPY_HZ=N samples its run with py-spy (dev/gpu/pyspy_summary.py reads it); its
+# ENGINES_ON_GPU=N runs N benches whose engines share the GPU (their rows: shared-rows.jsonl).
 # TARGET: qwen-vl olmocr chandra dots-ocr lighton-ocr lighton-ocr-3-0.8b lighton-ocr-3-4b;
 # TARGET:warm is its second start, after its fresh one on the same host (this call or an
 # earlier one while the host stayed up). Settings after commas are the worker's, for that run
@@ -24,6 +25,7 @@
 #   check-LABEL.tgz     each run's bench output and worker log (vLLM's own lines in it), vLLM's
 #                       gauges every 10 s (dev/gpu/metrics.py), the plan; rewritten after each run
 #   summary.txt         one line a run (also printed)
+#   shared-rows.jsonl   the rows of ENGINES_ON_GPU runs, one an engine: kept out of the data
 set -u
 budget=${1:?usage: check.sh BUDGET_S TARGET[:warm][,VAR=VALUE...]...}
 shift
@@ -104,6 +106,10 @@ run_one() {  # in a subshell: the run's own environment, and env.sh sourced with
     profile=("$A/py-spy" record --subprocesses --idle --nonblocking --format speedscope
       -r "$PYSPY_HZ" -o "${log%.txt}-pyspy.json" --)
   fi
+  if [ "${ENGINES_ON_GPU:-1}" -gt 1 ]; then
+    run_shared "$dir" "$log"
+    return
+  fi
   # DEBUG: vLLM's own lines go to the run's log with the worker's (a phase that grew is read there)
   LOG_LEVEL=${LOG_LEVEL:-DEBUG} MODEL_NAME=$dir VLLM_PORT=$port timeout -k 5 $((limit + 20)) \
     "${profile[@]}" $py -m vlm_ocr_lab bench "${pages_args[@]}" --output-tokens 800 --gpu-price 3.99 \
@@ -111,6 +117,31 @@ run_one() {  # in a subshell: the run's own environment, and env.sh sourced with
     --model "$checkpoint" \
     --note "GPU check $label, its $kind run: engine start $n on this host${run_env:+, $run_env}" \
     > "$log" 2>&1
+}
+
+run_shared() {  # ENGINES_ON_GPU=N: N benches whose engines share the GPU, each with its share of
+  # GPU_MEMORY_UTILIZATION; each starts once the one before is ready (no two profiling runs at
+  # once: each would count the other's memory as its own), then all run their worker passes at
+  # once (--start-together), no direct path; their rows go to TAG-shared-K.jsonl, apart
+  local dir=$1 log=$2 k bench go=$work/go-$tag share
+  rm -f "$go" "$go".ready-* "$work"/shared-*.jsonl
+  share=$(python3 -c "print(round(${GPU_MEMORY_UTILIZATION:-0.9} / $ENGINES_ON_GPU, 3))")
+  for k in $(seq "$ENGINES_ON_GPU"); do
+    LOG_LEVEL=${LOG_LEVEL:-DEBUG} MODEL_NAME=$dir VLLM_PORT=$((port + 1000 * k)) \
+      GPU_MEMORY_UTILIZATION=$share timeout -k 5 $((limit + 20)) \
+      $py -m vlm_ocr_lab bench --pages $((pages / 2)) --jobs 2 --output-tokens 800 \
+      --gpu-price 3.99 --progress 15 --time-limit "$limit" --start-together "$go" \
+      --record "$work/shared-$k.jsonl" --commit "$commit" --model "$checkpoint" \
+      --note "GPU check $label: engine $k of $ENGINES_ON_GPU sharing the GPU${run_env:+, $run_env}" \
+      > "${log%.txt}-$k.txt" 2>&1 &
+    bench=$!
+    while [ "$(find "$work" -maxdepth 1 -name "go-$tag.ready-*" | wc -l)" -lt "$k" ] \
+      && kill -0 "$bench" 2> /dev/null; do
+      sleep 1
+    done
+  done
+  touch "$go"
+  wait
 }
 
 . dev/gpu/env.sh  # the bundle unpacked (once), the worker's Python path: the planner imports it
@@ -132,6 +163,7 @@ for spec in "$@"; do
   left=$((budget - ($(date +%s) - t0)))
   read -r -a done_args <<< "$(fresh_done | tr '\n' ' ')"
   target=$spec tag='' skip='' kind='' generator='' checkpoint='' pages=0 estimate=0 limit=0 run_env=''
+  engines=1''
   eval "$($py -m vlm_ocr_lab.bench.gpu_check step "$spec" --left "$left" \
     --vllm "$vllm" --data benchmarks/gpu.jsonl --data "$rows" "${done_args[@]}")"
   [ -z "$skip$kind" ] && skip="skipped: the planner gave no step (see plan.txt)"
@@ -145,7 +177,9 @@ for spec in "$@"; do
   stop_vllm
   starts=$((starts + 1)) && echo $starts > $work/starts
   log=$logs/$tag.txt
-  python3 dev/gpu/metrics.py "$port" 10 > "$logs/$tag-metrics.txt" 2>&1 &
+  # vLLM's gauges every 10 s (of the first engine, where several share the GPU)
+  python3 dev/gpu/metrics.py "$((engines > 1 ? port + 1000 : port))" 10 \
+    > "$logs/$tag-metrics.txt" 2>&1 &
   sampler=$!
   say "$spec: $pages pages, about $estimate s, at most $((limit + 20)) s (${left} s left)"
   rm -f "$work/row.jsonl"
@@ -153,6 +187,17 @@ for spec in "$@"; do
   rc=$?
   kill "$sampler" 2> /dev/null
   stop_vllm
+  if [ "$engines" -gt 1 ]; then  # the engines' rows kept apart from the data's
+    if compgen -G "$work/shared-*.jsonl" > /dev/null; then
+      cat "$work"/shared-*.jsonl | tee "$logs/$tag-shared.jsonl" >> "$out/shared-rows.jsonl"
+      $py -m vlm_ocr_lab.bench.gpu_check summary --together "$work"/shared-*.jsonl \
+        | sed 's/^/  /' | tee -a "$out/summary.txt"
+    else
+      say "  no rows: the benches exited before recording; see $tag-K.txt"
+    fi
+    pack
+    continue
+  fi
   if [ -s "$work/row.jsonl" ]; then
     $py -m vlm_ocr_lab.bench.gpu_check gauges "$logs/$tag-metrics.txt" "$work/row.jsonl" \
       > /dev/null 2>> "$log"

@@ -74,6 +74,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "what is not done by then counts as failed (cut), so a run on a lent GPU still says "
         "what it measured",
     )
+    p.add_argument(
+        "--start-together",
+        type=Path,
+        metavar="FILE",
+        help="benches sharing one GPU (dev/gpu/pair.sh): once the engine is ready, write "
+        "FILE.ready-PID and wait until FILE exists (within --time-limit) before the passes, so "
+        "their passes run at the same time",
+    )
     _record_arguments(p)
     _other_benchmarks(p)
 

@@ -50,6 +50,7 @@ START_MARGIN = 1.1  # a start on another host took up to 7 % longer (192.8 s and
 TIME_LIMIT_MARGIN = 1.5  # the bench's --time-limit over the estimate: a slower run still ends
 OVERHEAD_S = 25.0  # the dummy folder, the jobs' PDFs, the direct path's renders, ending vLLM
 RESERVE_S = 30.0  # kept back at the end of a call: the rows and logs packed for the way back
+WARM_SHARE = 0.6  # a start on the caches a fresh one built, as a share of the fresh one's
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,18 @@ class Step:
         return re.sub(r"[^A-Za-z0-9_.-]+", "-", self.name.replace(":", "-"))
 
     @property
+    def engines(self) -> int:
+        """The check's `ENGINES_ON_GPU`: benches whose engines share the one GPU, each with
+        that share of its memory (1: the engine alone)."""
+        return int(self.settings.get("ENGINES_ON_GPU", "1"))
+
+    @property
     def estimate_s(self) -> float:
+        if self.engines > 1:
+            # each engine starts once the one before is ready (the later ones on its caches),
+            # then their worker passes run at once, none faster than its share, no direct path
+            starts = self.start_s * (1 + WARM_SHARE * (self.engines - 1))
+            return starts + self.passes_s / 2 * self.engines + OVERHEAD_S
         return self.start_s + self.passes_s + OVERHEAD_S
 
     def time_limit_s(self, left_s: float) -> int:
@@ -139,6 +151,7 @@ class Step:
             "estimate": str(math.ceil(self.estimate_s)),
             "limit": str(self.time_limit_s(left_s)),
             "run_env": " ".join(_pairs(self.env | self.settings)),
+            "engines": str(self.engines),
             "skip": "",
         }
         return " ".join(f"{k}={shlex.quote(v)}" for k, v in values.items())
@@ -149,7 +162,9 @@ _VALUE = re.compile(r"[A-Za-z0-9_.:/+-]+")
 _SETTINGS = {env_name(name) for name in Settings.GROUP_OF}
 # The check's own variables a spec may set: check.sh reads them, the worker does not, so a row's
 # overrides never hold them (its note does). PYSPY_HZ: sample the run's processes with py-spy.
-_CHECK_OWN = {"PYSPY_HZ"}
+# ENGINES_ON_GPU: that many benches whose engines share the GPU, their passes run at once
+# (is a second engine core worth half the memory?), their rows kept apart from the data's.
+_CHECK_OWN = {"PYSPY_HZ", "ENGINES_ON_GPU"}
 
 
 def _pairs(env: dict[str, str]) -> list[str]:
@@ -175,6 +190,9 @@ def parse_spec(spec: str) -> tuple[Target, measured.Start, dict[str, str]]:
                 "and VALUE letters, digits and ._:/+- alone"
             )
         settings[var] = value
+    engines = settings.get("ENGINES_ON_GPU", "1")
+    if not (engines.isdigit() and 1 <= int(engines) <= 4):
+        raise ValueError(f"{spec!r}: ENGINES_ON_GPU is 1 to 4, not {engines!r}")
     return TARGETS[name], "warm" if kind == "warm" else "fresh", settings
 
 
@@ -277,8 +295,9 @@ def plan_table(steps: list[tuple[Step, str]], budget_s: float) -> str:
     return "\n".join(lines)
 
 
-def summary(rows: list[measured.Run]) -> str:
-    """One line a row, as the check prints them at the end of a call."""
+def summary(rows: list[measured.Run], together: bool = False) -> str:
+    """One line a row, as the check prints them at the end of a call; `together`: the rows of
+    engines that shared the GPU, their passes at once, so their paces add up."""
     out = []
     for r in rows:
         pace = "no pace" if r.pages_per_s is None else f"pages/s {r.pages_per_s:g}"
@@ -293,6 +312,14 @@ def summary(rows: list[measured.Run]) -> str:
             f"{r.model} ({r.family}){settings} {r.start}, vLLM {r.vllm}: {ready}, "
             f"{r.pages} pages, {pace}{failed}"
         )
+    if together:
+        paces = [r.pages_per_s for r in rows]
+        total = (
+            "no pace (an engine gave none)"
+            if None in paces or not paces
+            else (f"pages/s {sum(p for p in paces if p is not None):.2f}")
+        )
+        out.append(f"together, {len(rows)} engines sharing the GPU: {total}")
     return "\n".join(out)
 
 
@@ -401,13 +428,15 @@ def main(argv: list[str] | None = None) -> int:
         )
         q.add_argument("--data", type=Path, action="append")
         q.add_argument("--vllm", default="", help="the engine's vLLM (0.26, 0.32): its rows first")
-    sub.add_parser("summary").add_argument("rows", type=Path)
+    q = sub.add_parser("summary")
+    q.add_argument("rows", type=Path, nargs="+")
+    q.add_argument("--together", action="store_true", help="engines that shared the GPU")
     q = sub.add_parser("gauges")
     q.add_argument("metrics", type=Path)
     q.add_argument("row", type=Path)
     args = p.parse_args(argv)
     if args.command == "summary":
-        print(summary(measured.runs(args.rows)))
+        print(summary([r for f in args.rows for r in measured.runs(f)], args.together))
         return 0
     if args.command == "gauges":
         print(add_gauges(args.metrics, args.row) or "no sample with requests")

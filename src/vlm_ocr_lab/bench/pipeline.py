@@ -153,6 +153,8 @@ async def _start_and_measure(
     run.cold_start = time.perf_counter() - t0
     if not args.pages:  # --pages 0: the start alone
         return
+    if args.start_together:
+        await _start_together(args.start_together, deadline)
     # Later passes run on an engine that has seen the workload: a first pass slower than the
     # next is start-up work the warm-up page did not do.
     passes = []
@@ -178,6 +180,15 @@ async def _start_and_measure(
         run.figures["direct"] = await _direct(worker, args, deadline.left())
     except EngineError as exc:  # the engine died: the passes' figures still count
         run.figures["direct"] = {"skipped": f"the engine failed: {exc}"}
+
+
+async def _start_together(go: Path, deadline: Deadline) -> None:
+    """Say this bench's engine is ready (`GO.ready-PID`), then wait for `GO`, which whoever runs
+    the benches makes once each has said so."""
+    go.with_name(f"{go.name}.ready-{os.getpid()}").touch()
+    print(f"engine ready; waiting for {go} to start the passes", flush=True)
+    while not go.exists() and deadline.left() != 0:
+        await asyncio.sleep(0.2)
 
 
 class SoakEngine:

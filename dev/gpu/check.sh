@@ -163,7 +163,7 @@ for spec in "$@"; do
   left=$((budget - ($(date +%s) - t0)))
   read -r -a done_args <<< "$(fresh_done | tr '\n' ' ')"
   target=$spec tag='' skip='' kind='' generator='' checkpoint='' pages=0 estimate=0 limit=0 run_env=''
-  engines=1''
+  engines=1
   eval "$($py -m vlm_ocr_lab.bench.gpu_check step "$spec" --left "$left" \
     --vllm "$vllm" --data benchmarks/gpu.jsonl --data "$rows" "${done_args[@]}")"
   [ -z "$skip$kind" ] && skip="skipped: the planner gave no step (see plan.txt)"

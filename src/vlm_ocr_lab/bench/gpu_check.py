@@ -317,7 +317,7 @@ def summary(rows: list[measured.Run], together: bool = False) -> str:
         total = (
             "no pace (an engine gave none)"
             if None in paces or not paces
-            else (f"pages/s {sum(p for p in paces if p is not None):.2f}")
+            else f"pages/s {sum(p for p in paces if p is not None):.2f}"
         )
         out.append(f"together, {len(rows)} engines sharing the GPU: {total}")
     return "\n".join(out)

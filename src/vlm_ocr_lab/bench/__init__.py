@@ -78,9 +78,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--start-together",
         type=Path,
         metavar="FILE",
-        help="benches sharing one GPU (the GPU check's ENGINES_ON_GPU): once the engine is ready, write "
-        "FILE.ready-PID and wait until FILE exists (within --time-limit) before the passes, so "
-        "their passes run at the same time",
+        help="benches sharing one GPU (the GPU check's ENGINES_ON_GPU): once the engine is "
+        "ready, write FILE.ready-PID and wait until FILE exists (within --time-limit) before "
+        "the passes, so their passes run at the same time",
     )
     _record_arguments(p)
     _other_benchmarks(p)

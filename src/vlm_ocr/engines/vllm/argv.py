@@ -100,9 +100,9 @@ def compilation_args(vllm: VllmSettings, max_num_seqs: int, cuda: bool) -> list[
 
 # Variables every vLLM process of the worker starts with (where the environment does not set
 # them). vLLM 0.32 imports humming-kernels in each of its processes, and humming's import starts
-# two Python processes in the background to prebuild its launcher and compiler (each imports
-# torch: 12-15 s of CPU on the H200 host, 14 of them beside the start of an engine with four API
-# servers, seen with py-spy); no family here runs a humming kernel (AWQ on Machete, FP8 on
+# two Python processes in the background to prebuild its launcher and compiler (each spent
+# 12-15 s importing torch on the H200 host, 14 of them beside the start of an engine with four
+# API servers, seen with py-spy); no family here runs a humming kernel (AWQ on Machete, FP8 on
 # CUTLASS), and one that did would build it at first use. vLLM's usage statistics gather the
 # host's CPU facts in a subprocess and report to vLLM's server from every engine core; a worker
 # that reads users' documents sends nothing anywhere unless told to.

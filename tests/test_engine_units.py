@@ -15,15 +15,14 @@ from vlm_ocr.engines.families.qwen import QwenVl
 from vlm_ocr.engines.gpu import GpuFacts
 from vlm_ocr.engines.model_files import ModelFiles
 from vlm_ocr.engines.vllm.argv import (
-    FORK_LAUNCHER,
     IMAGE_VLLM,
-    VLLM_CLI,
     ServeSpec,
     cuda_graph_sizes,
     default_max_num_seqs,
     kv_cache_dtype,
     launch_argvs,
     server_argv,
+    through_fork_launcher,
     vllm_release,
 )
 from vlm_ocr.engines.vllm.logs import address_in_use, cause_in, exit_reason, facts_in
@@ -151,7 +150,7 @@ def test_a_split_start_is_one_server_and_one_headless_engine_on_the_same_flags()
     ]
     base = server_argv(split, 8000)
     # both run through the fork launcher (VLLM_FORK_SERVER, the default), on vLLM's flags
-    forked = [base[0], *FORK_LAUNCHER, *base[1 + len(VLLM_CLI) :]]
+    forked = through_fork_launcher(base)
     # the default model's 1.6 MP pages: two API servers; the headless engine has none
     front = ["--api-server-count", "2"]
     assert argvs == {

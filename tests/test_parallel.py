@@ -13,11 +13,10 @@ from vlm_ocr.cli.plan import Layout, choose
 from vlm_ocr.engines.factory import make_engine
 from vlm_ocr.engines.gpu import GpuFacts
 from vlm_ocr.engines.vllm.argv import (
-    FORK_LAUNCHER,
-    VLLM_CLI,
     ServeSpec,
     launch_argvs,
     server_argv,
+    through_fork_launcher,
 )
 from vlm_ocr.errors import ConfigError
 from vlm_ocr.settings import Settings
@@ -69,7 +68,7 @@ def test_replicas_start_together_behind_one_server() -> None:
     front = ["--api-server-count", "2"]
     # both through the fork launcher (VLLM_FORK_SERVER, the default): the engine cores and the
     # API servers are forked, not spawned
-    forked = [base[0], *FORK_LAUNCHER, *base[1 + len(VLLM_CLI) :]]
+    forked = through_fork_launcher(base)
     assert argvs == {
         "server": [*forked, *dp, "--data-parallel-size-local", "0", *front],
         "engine": [*forked, *dp, "--data-parallel-size-local", "2", "--headless"],

@@ -29,6 +29,12 @@ VLLM_CLI = ["-m", "vllm.entrypoints.cli.main"]
 # imports only vLLM and the stdlib), its folder not put on the module path (-P)
 FORK_LAUNCHER = ["-P", str(Path(__file__).with_name("fork_launcher.py"))]
 
+
+def through_fork_launcher(argv: list[str]) -> list[str]:
+    """A `vllm` command line (the interpreter, VLLM_CLI, its arguments) run by FORK_LAUNCHER."""
+    return [argv[0], *FORK_LAUNCHER, *argv[1 + len(VLLM_CLI) :]]
+
+
 # `MAX_NUM_SEQS=0`: sequences by the memory the engine has (GiB, all its GPUs). On an H200 the 32B
 # AWQ model ran 3.0 pages/s at 256, 2.5-2.75 at 192 and 2.4 at 320 (its decoding slowed); below
 # that, about what the KV cache beside the 32B AWQ weights holds for pages that end well before
@@ -339,7 +345,7 @@ def launch_argvs(spec: ServeSpec, port: int, rpc_port: int = 0) -> dict[str, lis
         return {"server": [*argv, *several, *front]}
     dp = ["--data-parallel-size", replicas, "--data-parallel-address", "127.0.0.1"]
     dp += ["--data-parallel-rpc-port", str(rpc_port)]
-    forked = [argv[0], *FORK_LAUNCHER, *argv[1 + len(VLLM_CLI) :]]
+    forked = through_fork_launcher(argv)
     fork = spec.vllm.vllm_fork_server
     # one API server runs in the server's own process: it starts no child to fork
     server = forked if fork and spec.api_server_count > 1 else argv

@@ -110,33 +110,33 @@ run_one() {  # in a subshell: the run's own environment, and env.sh sourced with
     run_shared "$dir" "$log"
     return
   fi
+  VLLM_PORT=$port bench "$log" "${pages_args[@]}" --record "$work/row.jsonl" \
+    --note "GPU check $label, its $kind run: engine start $n on this host${run_env:+, $run_env}"
+}
+
+bench() {  # the worker's bench of the run's model ($dir), its output to $1, then its own flags
+  local out=$1
+  shift
   # DEBUG: vLLM's own lines go to the run's log with the worker's (a phase that grew is read there)
-  LOG_LEVEL=${LOG_LEVEL:-DEBUG} MODEL_NAME=$dir VLLM_PORT=$port timeout -k 5 $((limit + 20)) \
-    "${profile[@]}" $py -m vlm_ocr_lab bench "${pages_args[@]}" --output-tokens 800 --gpu-price 3.99 \
-    --progress 15 --time-limit "$limit" --record "$work/row.jsonl" --commit "$commit" \
-    --model "$checkpoint" \
-    --note "GPU check $label, its $kind run: engine start $n on this host${run_env:+, $run_env}" \
-    > "$log" 2>&1
+  LOG_LEVEL=${LOG_LEVEL:-DEBUG} MODEL_NAME=$dir timeout -k 5 $((limit + 20)) \
+    "${profile[@]}" $py -m vlm_ocr_lab bench --output-tokens 800 --gpu-price 3.99 --progress 15 \
+    --time-limit "$limit" --commit "$commit" --model "$checkpoint" "$@" > "$out" 2>&1
 }
 
 run_shared() {  # ENGINES_ON_GPU=N: N benches whose engines share the GPU, each with its share of
   # GPU_MEMORY_UTILIZATION; each starts once the one before is ready (no two profiling runs at
   # once: each would count the other's memory as its own), then all run their worker passes at
   # once (--start-together), no direct path; their rows go to TAG-shared-K.jsonl, apart
-  local dir=$1 log=$2 k bench go=$work/go-$tag share
+  local dir=$1 log=$2 k pid go=$work/go-$tag share profile=()  # (py-spy: a single engine only)
   rm -f "$go" "$go".ready-* "$work"/shared-*.jsonl
   share=$(python3 -c "print(round(${GPU_MEMORY_UTILIZATION:-0.9} / $ENGINES_ON_GPU, 3))")
   for k in $(seq "$ENGINES_ON_GPU"); do
-    LOG_LEVEL=${LOG_LEVEL:-DEBUG} MODEL_NAME=$dir VLLM_PORT=$((port + 1000 * k)) \
-      GPU_MEMORY_UTILIZATION=$share timeout -k 5 $((limit + 20)) \
-      $py -m vlm_ocr_lab bench --pages $((pages / 2)) --jobs 2 --output-tokens 800 \
-      --gpu-price 3.99 --progress 15 --time-limit "$limit" --start-together "$go" \
-      --record "$work/shared-$k.jsonl" --commit "$commit" --model "$checkpoint" \
-      --note "GPU check $label: engine $k of $ENGINES_ON_GPU sharing the GPU${run_env:+, $run_env}" \
-      > "${log%.txt}-$k.txt" 2>&1 &
-    bench=$!
+    VLLM_PORT=$((port + 1000 * k)) GPU_MEMORY_UTILIZATION=$share bench "${log%.txt}-$k.txt" \
+      --pages $((pages / 2)) --jobs 2 --start-together "$go" --record "$work/shared-$k.jsonl" \
+      --note "GPU check $label: engine $k of $ENGINES_ON_GPU sharing the GPU${run_env:+, $run_env}" &
+    pid=$!
     while [ "$(find "$work" -maxdepth 1 -name "go-$tag.ready-*" | wc -l)" -lt "$k" ] \
-      && kill -0 "$bench" 2> /dev/null; do
+      && kill -0 "$pid" 2> /dev/null; do
       sleep 1
     done
   done

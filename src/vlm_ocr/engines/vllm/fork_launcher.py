@@ -23,9 +23,18 @@ import os
 import sys
 from typing import Any
 
-# What the fork server imports before the first child is forked from it, by this process's role
-ENGINE_CORE = "vllm.v1.engine.core"
-API_SERVER = "vllm.entrypoints.launchers.api_server.entry"
+# What the fork server imports before the first child is forked from it, by this process's role.
+# The GPU worker (its model runner, sampler and attention backends) and FlashInfer with the CUTLASS
+# DSL were about 10 s of the forked engine core's own start (py-spy on an H200); imported here,
+# they overlap the launcher's config instead. None touches the CUDA driver when imported
+# (dev/gpu/fork_probe.py: a child forked after each used the GPU). A module this vLLM has not
+# got (FlashInfer on the CPU build) is passed over by the fork server.
+ENGINE_CORE = (
+    "vllm.v1.engine.core",
+    "vllm.v1.worker.gpu_worker",
+    "flashinfer",
+)
+API_SERVER = ("vllm.entrypoints.launchers.api_server.entry",)
 FORKSERVER = multiprocessing.get_context("forkserver")
 
 
@@ -79,7 +88,7 @@ def unpatched(what: str) -> None:
 
 def main() -> None:
     headless = "--headless" in sys.argv
-    FORKSERVER.set_forkserver_preload(["__main__", ENGINE_CORE if headless else API_SERVER])
+    FORKSERVER.set_forkserver_preload(["__main__", *(ENGINE_CORE if headless else API_SERVER)])
     from multiprocessing import forkserver
 
     forkserver.ensure_running()  # imports the preload in its own process, beside this one

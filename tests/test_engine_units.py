@@ -14,6 +14,7 @@ from vlm_ocr.engines.families import FAMILIES
 from vlm_ocr.engines.families.qwen import QwenVl
 from vlm_ocr.engines.gpu import GpuFacts
 from vlm_ocr.engines.model_files import ModelFiles
+from vlm_ocr.engines.vllm import fork_launcher
 from vlm_ocr.engines.vllm.argv import (
     IMAGE_VLLM,
     ServeSpec,
@@ -164,6 +165,14 @@ def test_a_split_start_is_one_server_and_one_headless_engine_on_the_same_flags()
     }
     single = spec(H100, vllm_split_start=False)
     assert launch_argvs(single, 8000, rpc_port=8100) == {"server": [*base, *front]}
+
+
+def test_the_engine_cores_fork_server_imports_its_gpu_worker_but_never_flashinfer() -> None:
+    # the GPU worker's imports overlap the launcher's; FlashInfer initializes CUDA when imported,
+    # and an engine core forked after that died on its first CUDA call (on an H200)
+    assert fork_launcher.ENGINE_CORE == ("vllm.v1.engine.core", "vllm.v1.worker.gpu_worker")
+    preloaded = fork_launcher.ENGINE_CORE + fork_launcher.API_SERVER
+    assert not [m for m in preloaded if m.split(".")[0] == "flashinfer"]
 
 
 @pytest.mark.parametrize(

@@ -24,16 +24,13 @@ import sys
 from typing import Any
 
 # What the fork server imports before the first child is forked from it, by this process's role.
-# The GPU worker (its model runner, sampler and attention backends) and FlashInfer with the CUTLASS
-# DSL were about 10 s of the forked engine core's own start (py-spy on an H200); imported here,
-# they overlap the launcher's config instead. None touches the CUDA driver when imported
-# (dev/gpu/fork_probe.py: a child forked after each used the GPU). A module this vLLM has not
-# got (FlashInfer on the CPU build) is passed over by the fork server.
-ENGINE_CORE = (
-    "vllm.v1.engine.core",
-    "vllm.v1.worker.gpu_worker",
-    "flashinfer",
-)
+# The engine core's GPU worker (its model runner, sampler and attention backends) is imported here
+# too: in the forked engine core it was seconds of the start, here it overlaps the launcher's own
+# imports and config. It loads the CUDA driver's library but makes no CUDA context: a child forked
+# after it used the GPU (dev/gpu/fork_probe.py on an H200). FlashInfer must not be: importing it
+# initializes CUDA, and an engine core forked after it died ("Cannot re-initialize CUDA in forked
+# subprocess").
+ENGINE_CORE = ("vllm.v1.engine.core", "vllm.v1.worker.gpu_worker")
 API_SERVER = ("vllm.entrypoints.launchers.api_server.entry",)
 FORKSERVER = multiprocessing.get_context("forkserver")
 

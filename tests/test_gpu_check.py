@@ -266,6 +266,27 @@ def test_check_sh_dry_run_prints_the_plan() -> None:
     assert any(line.startswith("olmocr:warm") for line in lines)
 
 
+def test_the_check_ends_vllms_processes_but_not_the_shell_that_names_the_launcher() -> None:
+    # its stop_vllm kills what vllm_pids lists between runs: once it listed the host command's own
+    # shell, whose line named fork_launcher.py, and the call died after its plan
+    listing = [
+        "101 /opt/venv/bin/python3 -P src/vlm_ocr/engines/vllm/fork_launcher.py serve m --headless",
+        "102 VLLM::EngineCore",
+        "103 python3 -m vllm.entrypoints.cli.main serve m --api-server-count 2",
+        "104 VLLM::APIServer_1",
+        "105 bash -c sed -i /x/d src/vlm_ocr/engines/vllm/fork_launcher.py; bash check.sh",
+        "106 python3 -m vlm_ocr_lab bench --output-tokens 800",
+        "107 grep vllm.entrypoints",
+    ]
+    check = (ROOT / "dev/gpu/check.sh").read_text()
+    function = re.search(r"^vllm_pids\(\) \{.*?^\}$", check, re.S | re.M)
+    assert function is not None
+    script = f"ps() {{ printf '%s\\n' {shlex.join(listing)}; }}\n{function.group(0)}\nvllm_pids\n"
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["101", "102", "103", "104"]
+
+
 def test_vllms_gauges_go_into_the_row_as_medians_over_the_busy_samples(tmp_path) -> None:
     metrics = tmp_path / "metrics.txt"
     metrics.write_text(

@@ -56,8 +56,10 @@ pack() {  # everything of this call so far, in one file
     mv "$out/.check-$label.tmp" "$out/check-$label.tgz"
 }
 
-vllm_pids() {  # vLLM's processes, by their command lines (its own rename them VLLM::...)
-  ps -ww -eo pid=,args= | awk '/vllm\.entrypoints|fork_launcher\.py|VLLM::/ && !/awk/ {print $1}'
+vllm_pids() {  # vLLM's processes, by their command lines (its own rename them VLLM::...): a
+  # Python process or a renamed one, never the shell whose command line names the launcher
+  ps -ww -eo pid=,args= |
+    awk '($2 ~ /python/ || $2 ~ /^VLLM::/) && /vllm\.entrypoints|fork_launcher\.py|VLLM::/ {print $1}'
 }
 
 stop_vllm() {  # nothing of a run may hold the port or the GPU for the next one
@@ -110,7 +112,8 @@ run_one() {  # in a subshell: the run's own environment, and env.sh sourced with
     run_shared "$dir" "$log"
     return
   fi
-  VLLM_PORT=$port bench "$log" "${pages_args[@]}" --record "$work/row.jsonl" \
+  # the run's kind as planned: a start that fails has no caches to tell it by
+  VLLM_PORT=$port bench "$log" "${pages_args[@]}" --start "$kind" --record "$work/row.jsonl" \
     --note "GPU check $label, its $kind run: engine start $n on this host${run_env:+, $run_env}"
 }
 

@@ -59,7 +59,7 @@ pack() {  # everything of this call so far, in one file
 vllm_pids() {  # vLLM's processes, by their command lines (its own rename them VLLM::...): a
   # Python process or a renamed one, never the shell whose command line names the launcher
   ps -ww -eo pid=,args= |
-    awk '($2 ~ /python/ || $2 ~ /^VLLM::/) && /vllm\.entrypoints|fork_launcher\.py|VLLM::/ {print $1}'
+    awk '$2 ~ /^VLLM::/ || ($2 ~ /python/ && /vllm\.entrypoints|fork_launcher\.py/) {print $1}'
 }
 
 stop_vllm() {  # nothing of a run may hold the port or the GPU for the next one

@@ -425,7 +425,8 @@ class VllmSettings(Group):
         description="`--max-num-batched-tokens`: the tokens one engine step takes in; 0 = the "
         "model family's own for the engine's vLLM (16384; 4096 for a Pixtral vision encoder, "
         "LightOnOCR 2 and LightOnOCR-3-1B, before vLLM 0.32, whose encoder's memory at a full "
-        "step vLLM did not reserve).",
+        "step vLLM did not reserve; 32768 for LightOnOCR-3's Qwen3.5 sizes from vLLM 0.32, "
+        "half the prefill steps for their large pages).",
     )
     gpu_memory_utilization: float = Field(
         0.90, gt=0, le=1, description="`--gpu-memory-utilization`."

@@ -86,6 +86,14 @@ LABELS = {
 HEADINGS = {"title": "#", "section": "##"}
 _ENTITY_DOLLAR = re.compile(r"&(?:dollar|#36|#x24);", re.IGNORECASE)
 QWEN35_SIDE, PIXTRAL_SIDE = 2048, 1540
+# The Qwen3.5 sizes' engine step on vLLM 0.32: a 2,048 px page is some 4,000-5,000 prompt tokens,
+# so vLLM's 16,384 take about three pages a step, and the gated-delta-net layers' chunked prefill
+# launches its Triton kernels one by one from the engine core's one thread, whose time held the
+# 0.8B's pace (py-spy, docs/models.md): twice the tokens a step, half the prefill steps and their
+# launches for the same pages. The 0.8B read about a tenth more pages a second so, worker and
+# direct path alike, with none failed (the GPU check's data). On older vLLM the common budget.
+QWEN35_BATCHED_TOKENS = 32768
+QWEN35_BATCHED_FROM = (0, 32)
 LOOPING = "the answer ends writing one block over and over"
 
 
@@ -173,7 +181,9 @@ class LightOnOcr3(Family):
 
     def batched_tokens(self, vllm_release: tuple[int, int]) -> int:
         own = super().batched_tokens(vllm_release)
-        return pixtral_batched_tokens(vllm_release, own) if self.pixtral else own
+        if self.pixtral:
+            return pixtral_batched_tokens(vllm_release, own)
+        return QWEN35_BATCHED_TOKENS if vllm_release >= QWEN35_BATCHED_FROM else own
 
     def processor_kwargs(self, max_pixels: int) -> dict[str, Any] | None:
         return None  # the processor as it ships (see the module)

@@ -134,7 +134,7 @@ def test_overrides_are_the_workers_settings_off_their_defaults() -> None:
     environ = {
         "MAX_NUM_SEQS": "512",
         "api_server_count": "1",  # names are case-insensitive, as the worker reads them
-        "START_MODE": "throughput",  # the default, set by hand: no override
+        "START_MODE": "auto",  # the default, set by hand: no override
         "MODEL_NAME": "/tmp/some-dummy-folder",
         "ENGINE": "vllm",
         "OPENAI_API_KEY": "never-in-the-data",

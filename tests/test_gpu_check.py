@@ -38,6 +38,7 @@ def run(model: str = OLMOCR, **values: object) -> measured.Run:
         "pages": 512,
         "failed": 0,
         "failed_by_reason": {},
+        "start_mode": measured.family_start_mode("olmocr"),  # at its defaults
     }
     return measured.parse(json.dumps(row | values))
 
@@ -81,7 +82,12 @@ def test_a_fresh_run_is_sized_from_the_models_last_fresh_row_at_its_defaults() -
         run(engine_ready_s=187.9, pages_per_s=9.44, direct_pages_per_s=10.54),
         run(engine_ready_s=169.5, pages_per_s=9.27, direct_pages_per_s=10.85),
         # a start with settings of its own, and a warm one, say nothing of the defaults' start
-        run(engine_ready_s=124.5, overrides={"START_MODE": "fast"}, pages_per_s=20.0),
+        run(
+            engine_ready_s=124.5,
+            overrides={"START_MODE": "throughput"},
+            start_mode="throughput",
+            pages_per_s=20.0,
+        ),
         run(engine_ready_s=73.4, start="warm", pages_per_s=9.3),
     ]
     s = gpu_check.step("olmocr", rows)

@@ -87,3 +87,25 @@ def test_the_latest_run_of_one_checkpoint_of_a_family() -> None:
     ]
     assert measured.latest("qwen-vl", rows=rows).commit == "b"  # type: ignore[union-attr]
     assert measured.latest("qwen-vl", model="org/AWQ", rows=rows).commit == "a"  # type: ignore[union-attr]
+
+
+def test_a_run_is_at_its_defaults_in_its_familys_start_mode() -> None:
+    from vlm_ocr.engines.families import FAMILIES
+    from vlm_ocr.settings import StartMode
+
+    fast = next(n for n, f in FAMILIES.items() if f.start_mode is StartMode.FAST)
+    compiled = next(n for n, f in FAMILIES.items() if f.start_mode is StartMode.THROUGHPUT)
+    for family, mine, other in ((fast, "fast", "throughput"), (compiled, "throughput", "fast")):
+        assert measured.family_start_mode(family) == mine
+        assert measured.other_start(family) == {"START_MODE": other}
+        # as the engine's facts say it ran; or, in a row without them, as the row set it
+        at = measured.parse(_row(family=family, start_mode=mine))
+        assert at.at_defaults and at.start_mode == mine
+        off = measured.parse(_row(family=family, start_mode=other))
+        assert off.off_defaults == {"START_MODE": other}
+        told = measured.parse(_row(family=family, overrides={"START_MODE": other}))
+        assert told.off_defaults == {"START_MODE": other}
+    # a row from before the start modes compiled everything: off a fast family's defaults
+    old = measured.parse(_row(family=fast, overrides={"MAX_NUM_SEQS": "512"}))
+    assert old.off_defaults == {"MAX_NUM_SEQS": "512", "START_MODE": "throughput"}
+    assert measured.parse(_row(family=compiled)).at_defaults

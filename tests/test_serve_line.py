@@ -148,6 +148,7 @@ def test_a_fork_server_changes_the_interpreter_lines_of_the_processes_that_start
 
 @pytest.mark.parametrize("family", list(CONFIGS))
 def test_start_modes_in_the_serve_line(capsys, monkeypatch, family: str) -> None:
+    monkeypatch.setenv("START_MODE", "throughput")  # named: `auto` is the family's own
     throughput = serve_lines(capsys, family, "--gpus", "1")["engine"]
     config = flag(throughput, "--compilation-config")
     assert config is not None and "--optimization-level" not in throughput

@@ -1,7 +1,8 @@
 """The serve line of every model in `examples/` pins the flags its family's defaults choose
 (`vlm-ocr plan CONFIG --serve-line`, as a user types it, on one H200-sized GPU and 16 CPUs):
 the batched-token budget, the API servers, prefix caching, the multimodal processor's cache,
-the GDN prefill backend, the KV-cache dtype, the sequences, the context, the page's limits.
+the GDN prefill backend, the KV-cache dtype, the sequences, the context, the page's limits,
+the start mode.
 
 The values are read from where they are declared, never copied here: the family's class (an
 attribute of that name, where the family declares one, and its own `serve_args`, which must
@@ -160,3 +161,23 @@ def test_the_batched_tokens_follow_the_engines_vllm(
     mine = Settings(model_name=model, max_num_batched_tokens=8192)
     spec = serve_argv.ServeSpec.resolve(mine, GpuFacts(), family, cpus=CPUS)
     assert spec.on_vllm("0.26.0").max_num_batched_tokens == 8192
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.name.removesuffix(".config.json"))
+def test_the_start_mode_is_the_familys_unless_the_setting_names_one(capsys, config: Path) -> None:
+    from vlm_ocr.engines.gpu import GpuFacts
+    from vlm_ocr.settings import Settings, StartMode
+
+    family, model = family_of(config)
+    fast = declared(family, "start_mode", StartMode.THROUGHPUT) is StartMode.FAST
+    for argv in lines(capsys, config).values():  # START_MODE=auto, the default
+        assert (last(argv, "--optimization-level") == "0") == fast, family.name
+        config_arg = json.loads(last(argv, "--compilation-config") or "{}")
+        # fast: whole decode steps as CUDA graphs alone; throughput: graphs at every padded size
+        assert (config_arg.get("cudagraph_mode") == "FULL_DECODE_ONLY") == fast
+    for mode in (StartMode.THROUGHPUT, StartMode.FAST):
+        chosen = Settings(model_name=model, start_mode=mode)
+        spec = serve_argv.ServeSpec.resolve(chosen, GpuFacts(), family, cpus=CPUS)
+        argv = serve_argv.server_argv(spec, 8000)
+        assert spec.start_mode is mode
+        assert (last(argv, "--optimization-level") == "0") == (mode is StartMode.FAST)

@@ -77,30 +77,33 @@ def test_a_region_is_replaced_in_place() -> None:
     assert generated.region(new, "x") == "| a |" and generated.region(new, "y") is None
 
 
-def test_the_cold_start_cell_gives_the_fast_start_where_one_was_measured() -> None:
+def test_the_cold_start_cell_gives_the_other_start_modes_start_where_one_was_measured() -> None:
     from vlm_ocr.engines.families.olmocr import OlmOcr
     from vlm_ocr_lab import measured
 
-    def run(start: str, ready: float, pace: float | None, **overrides: str) -> measured.Run:
+    def run(start: str, ready: float, pace: float | None, mode: str) -> measured.Run:
         row = {
             "date": "2026-12-02", "commit": "abc1234", "gpu": "NVIDIA H200", "vllm": "0.32.0",
-            "transformers": "5.17.0", "family": "olmocr", "overrides": overrides,
+            "transformers": "5.17.0", "family": "olmocr", "overrides": {},
             "start": start, "engine_ready_s": ready, "phases": {}, "pages": 512 if pace else 0,
             "failed": 0, "failed_by_reason": {}, "pages_per_s": pace,
             "direct_pages_per_s": pace, "usd_per_million_pages": 100.0 if pace else None,
+            "start_mode": mode,
         }  # fmt: skip
         return measured.parse(json.dumps(row))
 
-    throughput, warm = run("fresh", 177.6, 10.5), run("warm", 69.7, None)
-    fast = run("fresh", 113.5, 11.3, START_MODE="fast")
+    mine = OlmOcr.start_mode.value
+    theirs = measured.other_start("olmocr")["START_MODE"]
+    default, warm = run("fresh", 52.1, 11.7, mine), run("warm", 36.8, None, mine)
+    other = run("fresh", 108.5, 10.0, theirs)
+    assert default.at_defaults and other.off_defaults == {"START_MODE": theirs}
     checkpoint = OlmOcr.checkpoints[0]
-    row = family_table.Row(OlmOcr, checkpoint, throughput, warm, fast)
+    row = family_table.Row(OlmOcr, checkpoint, default, warm, other)
     _, start, _, _ = family_table.pace(row, None)
-    assert (
-        start
-        == "177.6 s fresh, 69.7 s on warm caches; `START_MODE=fast`: 113.5 s fresh and 11.3 pages/s"
+    assert start == (
+        f"52.1 s fresh, 36.8 s on warm caches; `START_MODE={theirs}`: 108.5 s fresh and 10 pages/s"
     )
-    older = dataclasses.replace(fast, vllm="0.26.0")
-    for other in (None, older):  # none measured, or on another vLLM: no comparison made
-        row = family_table.Row(OlmOcr, checkpoint, throughput, warm, other)
-        assert family_table.pace(row, None)[1] == "177.6 s fresh, 69.7 s on warm caches"
+    older = dataclasses.replace(other, vllm="0.26.0")
+    for another in (None, older):  # none measured, or on another vLLM: no comparison made
+        row = family_table.Row(OlmOcr, checkpoint, default, warm, another)
+        assert family_table.pace(row, None)[1] == "52.1 s fresh, 36.8 s on warm caches"

@@ -42,6 +42,7 @@ class EngineKind(StrEnum):
 
 
 class StartMode(StrEnum):
+    AUTO = "auto"  # the model family's own
     THROUGHPUT = "throughput"
     FAST = "fast"
 
@@ -458,11 +459,12 @@ class VllmSettings(Group):
         "start, the slowest pages).",
     )
     start_mode: StartMode = Field(
-        StartMode.THROUGHPUT,
+        StartMode.AUTO,
         description="`throughput`: torch.compile and CUDA graphs of every batch size up to "
-        "`MAX_NUM_SEQS` (the fastest pages); `fast`: no torch.compile (`--optimization-level 0`) "
-        "and CUDA graphs of whole decode steps at powers of two only, for bursty traffic that "
-        "pays a cold start often (docs/models.md, Cold start, says what is measured of it).",
+        "`MAX_NUM_SEQS`; `fast`: no torch.compile (`--optimization-level 0`) and CUDA graphs of "
+        "whole decode steps at powers of two only, a cold start about half as long; `auto`: the "
+        "model family's own, `fast` where it read as many pages a second on the H200 "
+        "(docs/models.md's families table says which; Cold start, what is measured of each).",
     )
     triton_autotune: bool = Field(
         False,

@@ -16,14 +16,13 @@ from functools import cache, cached_property
 from pathlib import Path
 from typing import Any, Literal
 
+from vlm_ocr.engines.families import FAMILIES
 from vlm_ocr.errors import ConfigError
-from vlm_ocr.settings import Settings
+from vlm_ocr.settings import Settings, StartMode
 
 DATA = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu.jsonl"
 
 Start = Literal["fresh", "warm"]
-#: the overrides of a `START_MODE=fast` run, which the tables set beside the defaults' runs
-FAST_START = {"START_MODE": "fast"}
 REQUIRED = (
     "date",
     "commit",
@@ -76,11 +75,22 @@ class Run:
     #: gauges meanwhile (`gauges`), why a start failed (`start_error`), a cut run (`cut`)
     extra: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def start_mode(self) -> str:
+        """What the engine compiled at start: as its facts say, else as the row set it (rows
+        from before `fast` existed compiled everything)."""
+        ran = self.extra.get("start_mode") or self.overrides.get("START_MODE")
+        return str(ran or StartMode.THROUGHPUT.value)
+
     @cached_property  # read by every table for every row: parsed once
     def off_defaults(self) -> dict[str, Any]:
         """The overrides that differ from today's defaults: a run that set what has since
-        become the default ran at the defaults (its row keeps what it set)."""
-        return beyond_defaults(self.overrides)
+        become the default ran at the defaults (its row keeps what it set). The start mode is
+        the family's own today (`START_MODE=auto`): a run in another is off its defaults."""
+        off = beyond_defaults({k: v for k, v in self.overrides.items() if k != "START_MODE"})
+        if self.start_mode != family_start_mode(self.family):
+            off["START_MODE"] = self.start_mode
+        return off
 
     @property
     def at_defaults(self) -> bool:
@@ -97,6 +107,20 @@ class Run:
 @cache
 def _defaults() -> dict[str, Any]:
     return Settings().flat()
+
+
+def family_start_mode(family: str) -> str:
+    """The start mode `START_MODE=auto` gives a family today."""
+    found = FAMILIES.get(family)
+    return (found.start_mode if found else StartMode.THROUGHPUT).value
+
+
+def other_start(family: str) -> dict[str, str]:
+    """The overrides of a run in the start mode that is not its family's: the tables set its
+    start beside the defaults'."""
+    mine = family_start_mode(family)
+    other = StartMode.THROUGHPUT if mine == StartMode.FAST.value else StartMode.FAST
+    return {"START_MODE": other.value}
 
 
 def beyond_defaults(overrides: dict[str, Any]) -> dict[str, Any]:

@@ -102,8 +102,8 @@ def behaviour_table() -> str:
     lines = [
         "| family (`MODEL_FAMILY`) | page size | prompt | temperatures of its attempts "
         "(`MAX_ATTEMPTS`) | answer tokens (`MAX_TOKENS`) | context (`MAX_MODEL_LEN`) | "
-        "answer, checked before it is stored | engine flags |",
-        "|---|---|---|---|---|---|---|---|",
+        "answer, checked before it is stored | engine flags | start (`START_MODE=auto`) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, cls in FAMILIES.items():
         for label, family in cls.variants().items():
@@ -118,6 +118,7 @@ def behaviour_table() -> str:
                 family.answer
                 + ("; thinking off, per request and at launch" if family.thinks else ""),
                 f"`{flags}`" if flags else "—",
+                f"`{family.start_mode.value}`",
             ]
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

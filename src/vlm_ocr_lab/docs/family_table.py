@@ -35,7 +35,8 @@ class Row:
     checkpoint: Checkpoint
     run: Run | None  # its newest fresh start at the family's defaults
     warm: Run | None  # and on warm caches
-    fast: Run | None = None  # and its newest fresh start at `START_MODE=fast`
+    #: and its newest fresh start in the start mode that is not the family's
+    other: Run | None = None
 
     @property
     def licence(self) -> str:
@@ -58,8 +59,10 @@ def rows() -> list[Row]:
                 family.name, start="fresh", rows=own
             )
             warm = measured.latest(family.name, start="warm", rows=own)
-            fast = measured.latest(family.name, overrides=measured.FAST_START, rows=own)
-            found.append(Row(family, c, fresh, warm, fast))
+            other = measured.latest(
+                family.name, overrides=measured.other_start(family.name), rows=own
+            )
+            found.append(Row(family, c, fresh, warm, other))
     return found
 
 
@@ -128,10 +131,10 @@ def pace(row: Row, cheapest: float | None) -> tuple[str, str, str, str]:
     if row.warm is not None and row.warm.engine_ready_s is not None:
         other = f", vLLM {row.warm.vllm}" if row.warm.vllm != run.vllm else ""
         start += f", {row.warm.engine_ready_s:g} s on warm caches{other}"
-    fast = row.fast  # beside the default's start only when on the same vLLM: comparable
-    if fast is not None and fast.engine_ready_s is not None and fast.vllm == run.vllm:
-        paced = f" and {fast.pages_per_s:g} pages/s" if fast.pages_per_s is not None else ""
-        start += f"; `START_MODE=fast`: {fast.engine_ready_s:g} s fresh{paced}"
+    other = row.other  # beside the default's start only when on the same vLLM: comparable
+    if other is not None and other.engine_ready_s is not None and other.vllm == run.vllm:
+        paced = f" and {other.pages_per_s:g} pages/s" if other.pages_per_s is not None else ""
+        start += f"; `START_MODE={other.start_mode}`: {other.engine_ready_s:g} s fresh{paced}"
     cost = "—" if run.usd_per_million_pages is None else f"{run.usd_per_million_pages:.0f}"
     if run.usd_per_million_pages is not None and run.usd_per_million_pages == cheapest:
         cost = f"**{cost}**"

@@ -7,7 +7,7 @@ as a row of the data. Each table below is one marked part of a document.
 
   gpu-starts      docs/models.md, Cold start: every start, by phase
   gpu-limits      docs/models.md, What limits each family: each model's last run at its defaults
-  start-summary   docs/deploying.md, Keeping the start short: fresh, second worker, fast
+  start-summary   docs/deploying.md, Keeping the start short: fresh, second worker, other mode
   bench-runs      docs/tools.md, Benchmark: every run with pages, its settings and its pace
 """
 
@@ -157,11 +157,12 @@ def limits_table(rows: list[measured.Run]) -> str:
 
 
 def start_summary_table(rows: list[measured.Run]) -> str:
-    """Per model, its last start at its defaults fresh and warm, and at `START_MODE=fast`."""
+    """Per model, its last start at its defaults fresh and warm, and fresh in the start mode
+    that is not its family's (`START_MODE=fast` for most)."""
     kinds = {
         "fresh": lambda r: r.at_defaults and r.start == "fresh",
         "warm": lambda r: r.at_defaults and r.start == "warm",
-        "fast": lambda r: r.off_defaults == measured.FAST_START and r.start == "fresh",
+        "other": lambda r: r.off_defaults == measured.other_start(r.family) and r.start == "fresh",
     }
     models = list(dict.fromkeys(r.model for r in rows if r.engine_ready_s is not None))
     lines = []
@@ -171,13 +172,15 @@ def start_summary_table(rows: list[measured.Run]) -> str:
         if not any(found.values()):
             continue
         cells = [_seconds(r.engine_ready_s) if r else "—" for r in found.values()]
+        if found["other"]:
+            cells[-1] = f"{cells[-1]} (`{found['other'].start_mode}`)"
         when = sorted({f"{r.commit} (vLLM {r.vllm})" for r in found.values() if r})
         lines.append([model.rsplit("/", 1)[-1], *cells, ", ".join(when)])
     header = [
         "model",
         "fresh host",
         "second start, on the first's caches (a network volume)",
-        "`START_MODE=fast`, fresh",
+        "fresh in the other `START_MODE` (`fast` unless the family's is)",
         "measured at",
     ]
     return _table(header, lines)

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 from ...blocks import Block, HeadersFooters, Placed, RawBlock, markdown, place
 from ...images import Budget
 from ...prompts import Prompt
+from ...settings import StartMode
 from ..reading import Page, Reading
 
 # The tokens one engine step takes in, unless a family needs fewer: vLLM's own budget for a server,
@@ -120,6 +121,9 @@ class Family:
     engine_pins: ClassVar[tuple[str, ...]] = ()
     #: vLLM releases the family's makers say break it, with what they say
     broken_vllm: ClassVar[dict[str, str]] = {}
+    #: `START_MODE=auto`'s mode for it: `fast` where the GPU check found torch.compile gave its
+    #: pages no pace (its start without it about half as long), else `throughput`
+    start_mode: ClassVar[StartMode] = StartMode.THROUGHPUT
 
     def __init__(
         self, model_type: str = "", *, model: str = "", max_pixels: int = 1_600_000

@@ -15,6 +15,7 @@ from typing import Any
 from ...blocks import RawBlock
 from ...images import Budget
 from ...prompts import Prompt
+from ...settings import StartMode
 from ..reading import Page, Reading
 from . import html
 from .base import AnswerError, Attempt, Checkpoint, Family, Sampling, from_grid
@@ -71,6 +72,10 @@ class Chandra(Family):
     licence = (
         "modified OpenRAIL-M (free under US$2M revenue or funding; not to compete with Datalab)"
     )
+    # No torch.compile: its pages' time is the vision encoder over up to 6.3 MP and their
+    # prefill, which compiling does not shorten; on the H200 (vLLM 0.32) it read pages at the
+    # same pace without it, and the engine was ready in about half the time.
+    start_mode = StartMode.FAST
     checkpoints = (
         Checkpoint(
             "datalab-to/chandra-ocr-2",

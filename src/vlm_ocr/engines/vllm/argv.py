@@ -80,7 +80,9 @@ def fast_graph_sizes(max_num_seqs: int) -> list[int]:
 INDUCTOR_UNTIMED = {"combo_kernels": True, "benchmark_combo_kernel": False}
 
 
-def compilation_args(vllm: VllmSettings, max_num_seqs: int, cuda: bool) -> list[str]:
+def compilation_args(
+    vllm: VllmSettings, mode: StartMode, max_num_seqs: int, cuda: bool
+) -> list[str]:
     """How much is compiled and captured at start. `throughput`: vLLM's torch.compile and
     CUDA graphs at every size a batch is padded to (on a GPU, Inductor's timing of its combo
     kernels off with `TRITON_AUTOTUNE`). `fast`: no torch.compile, Inductor or FlashInfer
@@ -88,7 +90,7 @@ def compilation_args(vllm: VllmSettings, max_num_seqs: int, cuda: bool) -> list[
     at a few sizes, where most of the time of a page goes."""
     if vllm.enforce_eager:
         return ["--enforce-eager"]
-    if vllm.start_mode is StartMode.FAST:
+    if mode is StartMode.FAST:
         sizes = (
             cuda_graph_sizes(vllm, max_num_seqs)
             if vllm.cuda_graph_sizes.strip()
@@ -221,6 +223,8 @@ class ServeSpec:
     gpus: str = "none"
     #: whether it was resolved for CUDA GPUs (Inductor's GPU options), not vLLM's CPU build
     cuda: bool = False
+    #: how much is compiled at start: `START_MODE`, else (`auto`) the family's
+    start_mode: StartMode = StartMode.THROUGHPUT
 
     @property
     def concurrency(self) -> int:
@@ -280,6 +284,7 @@ class ServeSpec:
             gpus=f"{gpu.describe()}; compute capability {gpu.capability}",
             cuda=gpu.present,
             family=family,
+            start_mode=family.start_mode if vllm.start_mode is StartMode.AUTO else vllm.start_mode,
         ).on_vllm(vllm_version)
 
 
@@ -323,7 +328,7 @@ def server_argv(spec: ServeSpec, port: int) -> list[str]:
         "--structured-outputs-config",
         json.dumps({"backend": "xgrammar", "disable_any_whitespace": True}),
     ]
-    argv += compilation_args(vllm, spec.max_num_seqs, spec.cuda)
+    argv += compilation_args(vllm, spec.start_mode, spec.max_num_seqs, spec.cuda)
     argv += spec.family_args
     argv += shlex.split(vllm.vllm_extra_args)
     return argv

@@ -179,7 +179,7 @@ class VllmServer:
         self.facts["fork_server"] = self.facts["split_start"] and self.spec.vllm.vllm_fork_server
         self.facts["api_server_count"] = self.spec.api_server_count
         self.facts["renderer_num_workers"] = self.spec.renderer_num_workers
-        self.facts["start_mode"] = self.spec.vllm.start_mode.value
+        self.facts["start_mode"] = self.spec.start_mode.value
         # as vLLM (0.24 on) reads it: set by TRITON_AUTOTUNE, or by hand in the environment
         forced = self.child_env().get("VLLM_TRITON_FORCE_FIRST_CONFIG", "").strip().lower()
         self.facts["triton_autotune"] = (

@@ -272,6 +272,42 @@ def test_check_sh_dry_run_prints_the_plan() -> None:
     assert any(line.startswith("olmocr:warm") for line in lines)
 
 
+def test_a_detached_check_runs_from_its_own_copy_and_its_files_are_collected(tmp_path) -> None:
+    acc, out = tmp_path / "acc", tmp_path / "out"
+    out.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "OUT"} | {
+        "ACC": str(acc),
+        "DRY_RUN": "1",  # the plan alone: the detached check prints it and ends
+        "PYTHON": sys.executable,
+    }
+
+    def detached(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["bash", "dev/gpu/check_detached.sh", *args],
+            cwd=ROOT,
+            env=env | {"OUT": str(out)},
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+
+    started = detached("start", "560", "olmocr")
+    assert started.returncode == 0, started.stderr
+    assert "plan for a call of 560 s" in started.stdout  # printed by the check it started
+    tree = acc / "tree"
+    for part in ("dev/gpu/check.sh", "src/vlm_ocr/settings.py", "benchmarks/gpu.jsonl"):
+        assert (tree / part).is_file()  # the code it runs, apart from the working tree
+    # its files so far come back, and the summary once the check says it is done
+    (acc / "detached" / "gpu-rows.jsonl").write_text("{}\n")
+    (acc / "detached" / "summary.txt").write_text("olmocr: ...\ncheck k1: done in 9 s of 560\n")
+    collected = detached("collect", "5")
+    assert collected.returncode == 0, collected.stderr
+    assert collected.stdout.endswith("check k1: done in 9 s of 560\n")
+    assert {p.name for p in out.iterdir()} == {"check.log", "gpu-rows.jsonl", "summary.txt"}
+    assert "plan for a call" in (out / "check.log").read_text()
+    assert detached("wait").returncode == 2
+
+
 def test_the_check_ends_vllms_processes_but_not_the_shell_that_names_the_launcher() -> None:
     # its stop_vllm kills what vllm_pids lists between runs: once it listed the host command's own
     # shell, whose line named fork_launcher.py, and the call died after its plan

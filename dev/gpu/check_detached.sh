@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The GPU check (dev/gpu/check.sh) run apart from the host's calls, so one check may be longer
+# than a call: a host call ends at its time limit, but a process started in a session of its own
+# keeps running while calls keep coming (the host stays up while it is called). No run is then
+# skipped for want of a call's time, and no call keeps 30 s back for packing.
+#
+#   start: copies the project (the check's code and data, beside the bundle in /tmp/acc) to
+#     /tmp/acc/tree, so that the next calls' copies of the working tree do not change the code
+#     under a running check, starts the check there in its own session, its files going to
+#     /tmp/acc/detached, and prints its plan:
+#       COMMIT=<hash> VLLM=0.32 LABEL=k1 bash dev/gpu/check_detached.sh start BUDGET_S TARGET...
+#   collect: waits up to WAIT_S for the check to end, then copies its files so far to $OUT
+#     (they come back with the call) and prints its summary; call it again until it says done:
+#       bash dev/gpu/check_detached.sh collect WAIT_S
+set -u
+A=${ACC:-/tmp/acc}
+away=$A/detached
+case "${1:-}" in
+  start)
+    shift
+    [ "$#" -ge 2 ] || { echo "usage: check_detached.sh start BUDGET_S TARGET..." >&2; exit 2; }
+    rm -rf "$A/tree" "$away" && mkdir -p "$A/tree" "$away" || exit 1
+    cp -r benchmarks builder dev examples src pyproject.toml "$A/tree/" || exit 1
+    if [ -d .gpu-bundle/vllm-cache-seed ]; then
+      mkdir -p "$A/tree/.gpu-bundle" && cp -r .gpu-bundle/vllm-cache-seed "$A/tree/.gpu-bundle/"
+    fi
+    (cd "$A/tree" && OUT=$away setsid nohup bash dev/gpu/check.sh "$@" \
+      > "$away/check.log" 2>&1 < /dev/null &)
+    # the plan is the check's first output, once the bundle is unpacked and compiled
+    for _ in $(seq 120); do grep -q '^run ' "$away/check.log" 2> /dev/null && break; sleep 1; done
+    sleep 1
+    cat "$away/check.log"
+    ;;
+  collect)
+    wait_s=${2:?usage: check_detached.sh collect WAIT_S}
+    out=${OUT:?set OUT: the folder whose files come back}
+    for _ in $(seq "$wait_s"); do
+      grep -q '^check .*: done in' "$away/summary.txt" 2> /dev/null && break
+      sleep 1
+    done
+    find "$away" -maxdepth 1 -type f ! -name '.*' -exec cp {} "$out/" \;
+    cat "$away/summary.txt" 2> /dev/null || tail -5 "$away/check.log"
+    ;;
+  *)
+    echo "usage: check_detached.sh start BUDGET_S TARGET... | collect WAIT_S" >&2
+    exit 2
+    ;;
+esac

@@ -98,6 +98,25 @@ def test_a_fresh_run_is_sized_from_the_models_last_fresh_row_at_its_defaults() -
     assert "1c0a249" not in s.basis and "row of 2026-12-01 at abc1234" in s.basis
 
 
+def test_a_run_off_the_defaults_is_sized_from_rows_at_its_settings_where_there_are_any() -> None:
+    rows = [
+        run(engine_ready_s=52.1, pages_per_s=11.75, direct_pages_per_s=11.77),
+        run(
+            engine_ready_s=108.5,
+            overrides={"START_MODE": "throughput"},
+            start_mode="throughput",
+            pages_per_s=10.04,
+            direct_pages_per_s=9.83,
+        ),
+    ]
+    other = gpu_check.step("olmocr,START_MODE=throughput,PYSPY_HZ=20", rows)
+    assert other.start_s == pytest.approx(108.5 * gpu_check.START_MARGIN)
+    assert other.passes_s == pytest.approx(other.pages / 10.04 + other.pages / 9.83)
+    # settings no row has: the defaults' rows, as before
+    unseen = gpu_check.step("olmocr,MAX_NUM_SEQS=128", rows)
+    assert unseen.start_s == pytest.approx(52.1 * gpu_check.START_MARGIN)
+
+
 def test_a_warm_run_is_the_start_alone() -> None:
     rows = [run(engine_ready_s=169.5, pages_per_s=9.27), run(engine_ready_s=73.4, start="warm")]
     warm = gpu_check.step("olmocr:warm", rows)

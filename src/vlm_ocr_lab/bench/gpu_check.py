@@ -196,9 +196,16 @@ def parse_spec(spec: str) -> tuple[Target, measured.Start, dict[str, str]]:
     return TARGETS[name], "warm" if kind == "warm" else "fresh", settings
 
 
-def _rows_of(target: Target, rows: list[measured.Run], vllm: str) -> list[measured.Run]:
-    """The model's rows at its defaults, those of this vLLM first when there are any."""
-    mine = [r for r in rows if r.model == target.checkpoint and r.at_defaults]
+def _rows_of(
+    target: Target, rows: list[measured.Run], vllm: str, settings: dict[str, str] | None = None
+) -> list[measured.Run]:
+    """The model's rows at the spec's worker settings where it has any (`START_MODE=fast`
+    starts apart from the defaults'), else at its defaults; those of this vLLM first."""
+    want = {k: v for k, v in (settings or {}).items() if k not in _CHECK_OWN}
+    model = [r for r in rows if r.model == target.checkpoint]
+    mine = [r for r in model if want and r.off_defaults == want] or [
+        r for r in model if r.at_defaults
+    ]
     same = [r for r in mine if vllm and r.vllm.startswith(vllm)]
     return same or mine
 
@@ -213,7 +220,7 @@ def _last(rows: list[measured.Run], have: str, start: str | None = None) -> meas
 def step(spec: str, rows: list[measured.Run], vllm: str = "") -> Step:
     """The run a spec asks for, sized from the model's last rows."""
     target, start, settings = parse_spec(spec)
-    mine = _rows_of(target, rows, vllm)
+    mine = _rows_of(target, rows, vllm, settings)
     env = target.env_by_vllm.get(vllm or "0.26", {})
     fresh = _last(mine, "engine_ready_s", "fresh")
     fresh_s = fresh.engine_ready_s if fresh and fresh.engine_ready_s else target.start_s

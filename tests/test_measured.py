@@ -109,3 +109,30 @@ def test_a_run_is_at_its_defaults_in_its_familys_start_mode() -> None:
     old = measured.parse(_row(family=fast, overrides={"MAX_NUM_SEQS": "512"}))
     assert old.off_defaults == {"MAX_NUM_SEQS": "512", "START_MODE": "throughput"}
     assert measured.parse(_row(family=compiled)).at_defaults
+
+
+def test_a_run_at_what_is_now_its_familys_batched_tokens_ran_at_the_defaults() -> None:
+    def row(family: str, model: str, vllm: str, tokens: str) -> measured.Run:
+        overrides = {"MAX_NUM_BATCHED_TOKENS": tokens}
+        mode = measured.family_start_mode(family)  # in its family's start mode
+        return measured.parse(
+            _row(family=family, model=model, vllm=vllm, overrides=overrides, start_mode=mode)
+        )
+
+    for family, model, vllm in (
+        ("lighton-ocr-3", "lightonai/LightOnOCR-3-0.8B", "0.32.0"),
+        ("lighton-ocr", "lightonai/LightOnOCR-2-1B", "0.26.0"),
+        ("olmocr", "allenai/olmOCR-2-7B-1025-FP8", "0.32.0"),
+    ):
+        own = measured.family_batched_tokens(family, model, vllm)
+        assert own is not None
+        assert row(family, model, vllm, str(own)).at_defaults, family
+        assert row(family, model, vllm, str(own * 2)).off_defaults == {
+            "MAX_NUM_BATCHED_TOKENS": str(own * 2)
+        }
+    # the family's own differs by vLLM: on another, the same tokens are the run's own
+    small = measured.family_batched_tokens("lighton-ocr-3", "lightonai/LightOnOCR-3-0.8B", "0.26.0")
+    big = measured.family_batched_tokens("lighton-ocr-3", "lightonai/LightOnOCR-3-0.8B", "0.32.0")
+    assert small != big
+    assert not row("lighton-ocr-3", "lightonai/LightOnOCR-3-0.8B", "0.26.0", str(big)).at_defaults
+    assert measured.family_batched_tokens("gone", "org/model", "0.32.0") is None

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from vlm_ocr.engines.families import FAMILIES
+from vlm_ocr.engines.vllm.argv import vllm_release
 from vlm_ocr.errors import ConfigError
 from vlm_ocr.settings import Settings, StartMode
 
@@ -90,6 +91,10 @@ class Run:
         off = beyond_defaults({k: v for k, v in self.overrides.items() if k != "START_MODE"})
         if self.start_mode != family_start_mode(self.family):
             off["START_MODE"] = self.start_mode
+        # the tokens a step its family takes on that vLLM today (`MAX_NUM_BATCHED_TOKENS=0`)
+        own = family_batched_tokens(self.family, self.model, self.vllm)
+        if own is not None and str(off.get("MAX_NUM_BATCHED_TOKENS")) == str(own):
+            del off["MAX_NUM_BATCHED_TOKENS"]
         return off
 
     @property
@@ -113,6 +118,13 @@ def family_start_mode(family: str) -> str:
     """The start mode `START_MODE=auto` gives a family today."""
     found = FAMILIES.get(family)
     return (found.start_mode if found else StartMode.THROUGHPUT).value
+
+
+def family_batched_tokens(family: str, model: str, vllm: str) -> int | None:
+    """The tokens a step `MAX_NUM_BATCHED_TOKENS=0` gives this checkpoint of the family on
+    that vLLM today (None: a family the worker no longer has)."""
+    found = FAMILIES.get(family)
+    return found(model=model).batched_tokens(vllm_release(vllm)) if found and vllm else None
 
 
 def other_start(family: str) -> dict[str, str]:

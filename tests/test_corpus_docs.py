@@ -28,6 +28,8 @@ def _run(**values: object) -> measured.Run:
         "family": "olmocr", "overrides": {}, "start": "fresh", "phases": {}, "pages": 100,
         "failed": 0, "failed_by_reason": {},
     }  # fmt: skip
+    family = str(values.get("family", row["family"]))
+    row["start_mode"] = measured.family_start_mode(family)  # at its family's defaults
     return measured.parse(json.dumps(row | values))
 
 

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The GPU check (dev/gpu/check.sh) run apart from the host's calls, so one check may be longer
-# than a call: a host call ends at its time limit, but a process started in a session of its own
+# than a call: a host call ends at its time limit, but a process started apart from it (setsid)
 # keeps running while calls keep coming (the host stays up while it is called). No run is then
 # skipped for want of a call's time, and no call keeps 30 s back for packing.
 #
 #   start: copies the project (the check's code and data, beside the bundle in /tmp/acc) to
 #     /tmp/acc/tree, so that the next calls' copies of the working tree do not change the code
-#     under a running check, starts the check there in its own session, its files going to
+#     under a running check, starts the check there apart from the call, its files going to
 #     /tmp/acc/detached, and prints its plan:
 #       COMMIT=<hash> VLLM=0.32 LABEL=k1 bash dev/gpu/check_detached.sh start BUDGET_S TARGET...
 #   collect: waits up to WAIT_S for the check to end, then copies its files so far to $OUT

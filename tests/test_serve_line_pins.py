@@ -137,7 +137,7 @@ def test_the_familys_own_flags_are_on_both_lines_and_win(capsys, config: Path) -
     [
         ("lightonocr-2-1b", 4096, 16384),  # Pixtral's encoder: one page a step before 0.32
         ("lightonocr-3-1b", 4096, 16384),
-        # Qwen3.5's: half the prefill steps on 0.32, where it was measured
+        # LightOnOCR-3's Qwen3.5 sizes: half the prefill steps on 0.32 (measured on the 0.8B)
         ("lightonocr-3-0.8b", 16384, 32768),
         ("lightonocr-3-4b", 16384, 32768),
         ("chandra-ocr-2", 16384, 16384),  # Qwen3.5 too, but its own family's budget

@@ -136,3 +136,20 @@ def test_a_run_at_what_is_now_its_familys_batched_tokens_ran_at_the_defaults() -
     assert small != big
     assert not row("lighton-ocr-3", "lightonai/LightOnOCR-3-0.8B", "0.26.0", str(big)).at_defaults
     assert measured.family_batched_tokens("gone", "org/model", "0.32.0") is None
+
+
+def test_the_batched_tokens_the_engine_ran_with_decide_over_what_the_row_set() -> None:
+    model, vllm = "lightonai/LightOnOCR-3-0.8B", "0.32.0"
+    own = measured.family_batched_tokens("lighton-ocr-3", model, vllm)
+    assert own is not None
+
+    def row(ran: int, **overrides: str) -> measured.Run:
+        facts = {"max_num_batched_tokens": ran, "start_mode": "throughput"}
+        return measured.parse(
+            _row(family="lighton-ocr-3", model=model, vllm=vllm, overrides=overrides, **facts)
+        )
+
+    # at the defaults before the family's own changed: off today's, though it set nothing
+    assert row(own // 2).off_defaults == {"MAX_NUM_BATCHED_TOKENS": str(own // 2)}
+    assert row(own).at_defaults
+    assert row(own, MAX_NUM_BATCHED_TOKENS=str(own)).at_defaults  # set to what is now its own

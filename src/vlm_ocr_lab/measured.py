@@ -72,8 +72,9 @@ class Run:
     model: str = ""
     note: str = ""
     #: keys beyond these: how the bench ran (`jobs`, `output_tokens`, `bench_settings`), what the
-    #: engine started with (`api_server_count`, `start_mode`, `caches`, `compile_cache`), vLLM's
-    #: gauges meanwhile (`gauges`), why a start failed (`start_error`), a cut run (`cut`)
+    #: engine started with (`api_server_count`, `start_mode`, `max_num_batched_tokens`, `caches`,
+    #: `compile_cache`), vLLM's gauges meanwhile (`gauges`), why a start failed (`start_error`),
+    #: a cut run (`cut`)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -91,9 +92,15 @@ class Run:
         off = beyond_defaults({k: v for k, v in self.overrides.items() if k != "START_MODE"})
         if self.start_mode != family_start_mode(self.family):
             off["START_MODE"] = self.start_mode
-        # the tokens a step its family takes on that vLLM today (`MAX_NUM_BATCHED_TOKENS=0`)
+        # the tokens a step: the family's own on that vLLM today (`MAX_NUM_BATCHED_TOKENS=0`)
+        # or not, by what the engine ran with where the row says it, else by what it set
         own = family_batched_tokens(self.family, self.model, self.vllm)
-        if own is not None and str(off.get("MAX_NUM_BATCHED_TOKENS")) == str(own):
+        ran = self.extra.get("max_num_batched_tokens")
+        if ran is not None:
+            off.pop("MAX_NUM_BATCHED_TOKENS", None)
+            if own is not None and int(ran) != own:
+                off["MAX_NUM_BATCHED_TOKENS"] = str(ran)
+        elif own is not None and str(off.get("MAX_NUM_BATCHED_TOKENS")) == str(own):
             del off["MAX_NUM_BATCHED_TOKENS"]
         return off
 

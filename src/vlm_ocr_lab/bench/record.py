@@ -213,6 +213,7 @@ def _details(run: Any, facts: dict[str, Any], args: Any, bench: dict[str, str]) 
         "jobs": args.jobs,
         "api_server_count": facts.get("api_server_count"),
         "start_mode": facts.get("start_mode"),
+        "max_num_batched_tokens": facts.get("max_num_batched_tokens"),
         "caches": (facts.get("caches") or {}).get("state"),
         "compile_cache": (facts.get("cold_start") or {}).get("compile_cache"),
         "bench_settings": bench,

@@ -180,6 +180,7 @@ class VllmServer:
         self.facts["api_server_count"] = self.spec.api_server_count
         self.facts["renderer_num_workers"] = self.spec.renderer_num_workers
         self.facts["start_mode"] = self.spec.start_mode.value
+        self.facts["max_num_batched_tokens"] = self.spec.max_num_batched_tokens
         # as vLLM (0.24 on) reads it: set by TRITON_AUTOTUNE, or by hand in the environment
         forced = self.child_env().get("VLLM_TRITON_FORCE_FIRST_CONFIG", "").strip().lower()
         self.facts["triton_autotune"] = (

@@ -43,6 +43,11 @@ def run(model: str = OLMOCR, **values: object) -> measured.Run:
     return measured.parse(json.dumps(row | values))
 
 
+def compiled(**values: object) -> measured.Run:
+    """An olmOCR run at `START_MODE=throughput`: off its family's start mode, set by hand."""
+    return run(overrides={"START_MODE": "throughput"}, start_mode="throughput", **values)
+
+
 @pytest.mark.parametrize("pace", [0.5, 3.02, 9.27, 10.85, 15.0, 40.0, 100.0])
 def test_pages_keep_a_pass_30_s_and_fill_the_engine_twice_where_that_is_short(
     pace: float,
@@ -82,12 +87,7 @@ def test_a_fresh_run_is_sized_from_the_models_last_fresh_row_at_its_defaults() -
         run(engine_ready_s=187.9, pages_per_s=9.44, direct_pages_per_s=10.54),
         run(engine_ready_s=169.5, pages_per_s=9.27, direct_pages_per_s=10.85),
         # a start with settings of its own, and a warm one, say nothing of the defaults' start
-        run(
-            engine_ready_s=124.5,
-            overrides={"START_MODE": "throughput"},
-            start_mode="throughput",
-            pages_per_s=20.0,
-        ),
+        compiled(engine_ready_s=124.5, pages_per_s=20.0),
         run(engine_ready_s=73.4, start="warm", pages_per_s=9.3),
     ]
     s = gpu_check.step("olmocr", rows)
@@ -101,13 +101,7 @@ def test_a_fresh_run_is_sized_from_the_models_last_fresh_row_at_its_defaults() -
 def test_a_run_off_the_defaults_is_sized_from_rows_at_its_settings_where_there_are_any() -> None:
     rows = [
         run(engine_ready_s=52.1, pages_per_s=11.75, direct_pages_per_s=11.77),
-        run(
-            engine_ready_s=108.5,
-            overrides={"START_MODE": "throughput"},
-            start_mode="throughput",
-            pages_per_s=10.04,
-            direct_pages_per_s=9.83,
-        ),
+        compiled(engine_ready_s=108.5, pages_per_s=10.04, direct_pages_per_s=9.83),
     ]
     other = gpu_check.step("olmocr,START_MODE=throughput,PYSPY_HZ=20", rows)
     assert other.start_s == pytest.approx(108.5 * gpu_check.START_MARGIN)

@@ -71,7 +71,13 @@ if [ -n "${CACHE_DIR:-}" ]; then  # every cache in one folder given by hand (as 
     TRITON_CACHE_DIR=$CACHE_DIR/triton FLASHINFER_WORKSPACE_BASE=$CACHE_DIR/flashinfer \
     DG_JIT_CACHE_DIR=$CACHE_DIR/deep_gemm CUDA_CACHE_PATH=$CACHE_DIR/cuda TRITON_CACHE_AUTOTUNING=1
 fi
+# Dummy weights always: a run's own VLLM_EXTRA_ARGS (a flag being tried) comes with them, not
+# in their place (else the engine looks for weights the bundle does not have and does not start).
+case " ${VLLM_EXTRA_ARGS:-} " in
+  *" --load-format "*) ;;
+  *) VLLM_EXTRA_ARGS="${VLLM_EXTRA_ARGS:+$VLLM_EXTRA_ARGS }--load-format dummy" ;;
+esac
 export PYTHONPATH=$A/wsite:$PWD/src ENGINE=vllm VLLM_PYTHON=$A/vllm-python HF_HUB_OFFLINE=1 \
-  VLLM_EXTRA_ARGS="${VLLM_EXTRA_ARGS:---load-format dummy}" VLLM_USE_FLASHINFER_SAMPLER=0 \
+  VLLM_EXTRA_ARGS VLLM_USE_FLASHINFER_SAMPLER=0 \
   AUTO_ROTATE=false PYTHONUNBUFFERED=1
 [ -n "${CACHE_DIR:-}" ] || unset VLLM_CACHE_ROOT

@@ -321,6 +321,28 @@ def test_a_detached_check_runs_from_its_own_copy_and_its_files_are_collected(tmp
     assert detached("wait").returncode == 2
 
 
+def test_a_detached_check_is_refused_where_the_bundle_is_not_unpacked(tmp_path) -> None:
+    # a host given back between calls comes back without /tmp/acc: the check must not start there
+    # (every run would fail at once while the next call waited on it)
+    acc, out = tmp_path / "acc", tmp_path / "out"
+    acc.mkdir()
+    out.mkdir()
+    (acc / "b00").write_bytes(b"part of a stream")  # a chunk of part b, not its last
+    env = {k: v for k, v in os.environ.items() if k not in ("OUT", "DRY_RUN")}
+    started = subprocess.run(
+        ["bash", "dev/gpu/check_detached.sh", "start", "560", "olmocr"],
+        cwd=ROOT,
+        env=env | {"ACC": str(acc), "OUT": str(out), "VLLM": "0.32", "PYTHON": sys.executable},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert started.returncode == 3
+    assert "part b: 1 chunk(s) here, up to b00" in started.stderr
+    assert f"not unpacked in {acc} (missing: wsite site32)" in started.stderr
+    assert not (acc / "detached").exists()  # nothing started
+
+
 def test_the_check_ends_vllms_processes_but_not_the_shell_that_names_the_launcher() -> None:
     # its stop_vllm kills what vllm_pids lists between runs: once it listed the host command's own
     # shell, whose line named fork_launcher.py, and the call died after its plan

@@ -19,6 +19,19 @@ case "${1:-}" in
   start)
     shift
     [ "$#" -ge 2 ] || { echo "usage: check_detached.sh start BUDGET_S TARGET..." >&2; exit 2; }
+    # A check without the bundle fails every run at once, and a call that then waits on it wastes
+    # the host: refuse here, naming what is missing (a host given back loses /tmp/acc entirely).
+    if [ "${DRY_RUN:-0}" != 1 ]; then
+      ACC=$A bash dev/gpu/unpack.sh
+      case "${VLLM:-0.26}" in 0.26) site=site ;; *) site=site${VLLM#0.} ;; esac  # as env.sh
+      missing=
+      for d in wsite "$site"; do [ -d "$A/$d" ] || missing="$missing $d"; done
+      if [ -n "$missing" ]; then
+        echo "the bundle is not unpacked in $A (missing:$missing): copy all its chunks there first" \
+          "(dev/gpu/unpack.sh says which part is short)" >&2
+        exit 3
+      fi
+    fi
     rm -rf "$A/tree" "$away" && mkdir -p "$A/tree" "$away" || exit 1
     cp -r benchmarks builder dev examples src pyproject.toml "$A/tree/" || exit 1
     if [ -d .gpu-bundle/vllm-cache-seed ]; then

@@ -9,7 +9,7 @@
 # project's root (dev/gpu/env.sh runs it):  bash dev/gpu/unpack.sh
 (
   set -u -o pipefail
-  A=/tmp/acc
+  A=${ACC:-/tmp/acc}
   for p in w a b d n c; do
     set -- "$A/$p"[0-9][0-9]
     [ -e "$1" ] || continue

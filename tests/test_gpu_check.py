@@ -341,6 +341,17 @@ def test_a_detached_check_is_refused_where_the_bundle_is_not_unpacked(tmp_path) 
     assert "part b: 1 chunk(s) here, up to b00" in started.stderr
     assert f"not unpacked in {acc} (missing: wsite site32)" in started.stderr
     assert not (acc / "detached").exists()  # nothing started
+    # and a collect there says at once that no check runs, rather than waiting its WAIT_S
+    collected = subprocess.run(
+        ["bash", "dev/gpu/check_detached.sh", "collect", "540"],
+        cwd=ROOT,
+        env=env | {"ACC": str(acc), "OUT": str(out)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert collected.returncode == 3
+    assert "no check was started on this host" in collected.stderr
 
 
 def test_the_check_ends_vllms_processes_but_not_the_shell_that_names_the_launcher() -> None:

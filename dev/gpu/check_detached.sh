@@ -47,6 +47,12 @@ case "${1:-}" in
   collect)
     wait_s=${2:?usage: check_detached.sh collect WAIT_S}
     out=${OUT:?set OUT: the folder whose files come back}
+    # no check on this host (it was given back and started afresh): say so now, not after WAIT_S
+    if [ ! -f "$away/check.log" ]; then
+      echo "no check was started on this host ($away/check.log is missing): the host was likely" \
+        "given back and started afresh; upload the bundle and start the check again" >&2
+      exit 3
+    fi
     for _ in $(seq "$wait_s"); do
       grep -q '^check .*: done in' "$away/summary.txt" 2> /dev/null && break
       sleep 1

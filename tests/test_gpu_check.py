@@ -255,6 +255,14 @@ def test_a_setting_in_a_spec_is_a_declared_one_with_a_plain_value(spec: str) -> 
         gpu_check.parse_spec(spec)
 
 
+def test_a_spec_may_pass_a_vllm_flag_with_its_own_value() -> None:
+    _, start, settings = gpu_check.parse_spec(
+        "chandra,VLLM_EXTRA_ARGS=--kernel-config.enable_jit_warmup=false"
+    )
+    assert start == "fresh"
+    assert settings == {"VLLM_EXTRA_ARGS": "--kernel-config.enable_jit_warmup=false"}
+
+
 def test_every_target_plans_from_the_data_file() -> None:
     rows = measured.runs()
     for name in TARGETS:

@@ -157,8 +157,9 @@ class Step:
         return " ".join(f"{k}={shlex.quote(v)}" for k, v in values.items())
 
 
-# A setting's value in a spec: it travels as one word of `export` in the check's shell
-_VALUE = re.compile(r"[A-Za-z0-9_.:/+-]+")
+# A setting's value in a spec: it travels as one word of `export` in the check's shell (an `=`
+# inside it is a vLLM flag's own, as in `--kernel-config.enable_jit_warmup=false`)
+_VALUE = re.compile(r"[A-Za-z0-9_.:/+=-]+")
 _SETTINGS = {env_name(name) for name in Settings.GROUP_OF}
 # The check's own variables a spec may set: check.sh reads them, the worker does not, so a row's
 # overrides never hold them (its note does). PYSPY_HZ: sample the run's processes with py-spy.
@@ -187,7 +188,7 @@ def parse_spec(spec: str) -> tuple[Target, measured.Start, dict[str, str]]:
             raise ValueError(
                 f"{spec!r}: {pair!r} is not VAR=VALUE with VAR one of the worker's settings "
                 f"(or the check's own: {', '.join(sorted(_CHECK_OWN))}) "
-                "and VALUE letters, digits and ._:/+- alone"
+                "and VALUE letters, digits and ._:/+=- alone"
             )
         settings[var] = value
     engines = settings.get("ENGINES_ON_GPU", "1")

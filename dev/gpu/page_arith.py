@@ -1,0 +1,162 @@
+"""Time the arithmetic of taking one page in, for a Qwen3.5-style family's shapes, on the GPU
+host's own torch (no vLLM): the vision tower's forward (its linear layers and its attention over
+every patch) and the language model's prefill linear layers, in bf16 and with FP8 linear layers
+(per-tensor scales, the activations quantized as they come, as vLLM's online FP8 does). Random
+weights: what it measures is time, not reading. It tells how far a page's intake is from the
+GPU's floor and what FP8 would save, before a whole engine is tried:
+
+    python3 dev/gpu/page_arith.py examples/chandra-ocr-2.config.json --page 1632x2112
+
+Prints one JSON object. The language model's gated-delta-net recurrence and attention cores are
+left out (small beside the linear layers at a page's few thousand tokens).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+FP8 = torch.float8_e4m3fn
+
+
+def shapes(config: dict) -> tuple[dict, dict]:
+    return config["vision_config"], config["text_config"]
+
+
+def patches_and_tokens(vision: dict, width: int, height: int) -> tuple[int, int]:
+    patch, merge = vision["patch_size"], vision["spatial_merge_size"]
+    step = patch * merge
+    w, h = max(step, round(width / step) * step), max(step, round(height / step) * step)
+    n = (w // patch) * (h // patch)
+    return n, n // (merge * merge)
+
+
+def text_linears(text: dict) -> list[tuple[int, int]]:
+    """(in, out) of every prefill linear layer of the language model, layer by layer."""
+    h, ff = text["hidden_size"], text["intermediate_size"]
+    out: list[tuple[int, int]] = []
+    every = text.get("full_attention_interval", 1)
+    for i in range(text["num_hidden_layers"]):
+        out += [(h, 2 * ff), (ff, h)]  # the MLP's gate and up, then down
+        if (i + 1) % every == 0:  # a full-attention layer
+            q = text["num_attention_heads"] * text["head_dim"]
+            kv = text["num_key_value_heads"] * text["head_dim"]
+            gate = q if text.get("attn_output_gate") else 0
+            out += [(h, q + gate + 2 * kv), (q, h)]
+        else:  # a gated-delta-net layer
+            k = text["linear_num_key_heads"] * text["linear_key_head_dim"]
+            v = text["linear_num_value_heads"] * text["linear_value_head_dim"]
+            out += [(h, 2 * k + 2 * v), (h, 2 * text["linear_num_value_heads"]), (v, h)]
+    return out
+
+
+def vision_linears(vision: dict) -> list[tuple[int, int]]:
+    d, ff = vision["hidden_size"], vision["intermediate_size"]
+    return [(d, 3 * d), (d, d), (d, ff), (ff, d)] * vision["depth"]
+
+
+def timed(fn: Callable[[], object], device: str, repeat: int) -> float:
+    """Median milliseconds of `fn` over `repeat` runs, after two warm-up runs."""
+    for _ in range(2):
+        fn()
+    times = []
+    for _ in range(repeat):
+        if device == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) * 1000)
+    return sorted(times)[len(times) // 2]
+
+
+def linear_stack(
+    dims: list[tuple[int, int]], tokens: int, device: str, fp8: bool
+) -> Callable[[], None]:
+    """The layers' GEMMs on a (tokens × in) input each; with `fp8`, weights and the input in
+    FP8 with per-tensor scales (the input's found and applied at each call)."""
+    dtype = torch.bfloat16
+    weights = {d: torch.randn(d[1], d[0], device=device, dtype=dtype) / d[0] ** 0.5 for d in dims}
+    inputs = {k: torch.randn(tokens, k, device=device, dtype=dtype) for k, _ in dims}
+    if not fp8:
+
+        def run_bf16() -> None:
+            for k, n in dims:
+                F.linear(inputs[k], weights[(k, n)])
+
+        return run_bf16
+    one = torch.ones((), device=device)
+    qweights = {d: (w / w.abs().max() * 448).to(FP8) for d, w in weights.items()}
+
+    def run() -> None:
+        for k, n in dims:
+            a = inputs[k]
+            scale = a.abs().max().float() / 448
+            qa = (a / scale).to(FP8)
+            torch._scaled_mm(qa, qweights[(k, n)].t(), scale_a=scale, scale_b=one, out_dtype=dtype)
+
+    return run
+
+
+def vision_attention(vision: dict, patches: int, device: str) -> Callable[[], None]:
+    """The tower's attention cores over every patch, layer by layer (SDPA: flash on a GPU)."""
+    heads = vision["num_heads"]
+    head_dim = vision["hidden_size"] // heads
+    q, k, v = (
+        torch.randn(1, heads, patches, head_dim, device=device, dtype=torch.bfloat16)
+        for _ in range(3)
+    )
+
+    def run() -> None:
+        for _ in range(vision["depth"]):
+            F.scaled_dot_product_attention(q, k, v)
+
+    return run
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("config", type=Path, help="a family's example config (examples/)")
+    parser.add_argument("--page", default="1632x2112", help="the page's pixels, WxH")
+    parser.add_argument("--repeat", type=int, default=10)
+    args = parser.parse_args()
+    vision, text = shapes(json.loads(args.config.read_text()))
+    width, height = (int(x) for x in args.page.lower().split("x"))
+    patches, tokens = patches_and_tokens(vision, width, height)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    fp8 = device == "cuda" and torch.cuda.get_device_capability() >= (8, 9)
+    pad = -(-tokens // 16) * 16  # FP8 GEMMs want dimensions in sixteens
+    figures: dict[str, object] = {
+        "config": args.config.name,
+        "page": f"{width}x{height}",
+        "patches": patches,
+        "prompt_tokens": tokens,
+        "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+        "torch": torch.__version__,
+    }
+    runs = {
+        "vision_linear": (vision_linears(vision), -(-patches // 16) * 16),
+        "text_linear": (text_linears(text), pad),
+    }
+    for name, (dims, rows) in runs.items():
+        for kind in ("bf16", "fp8") if fp8 else ("bf16",):
+            try:
+                stack = linear_stack(dims, rows, device, kind == "fp8")
+                figures[f"{name}_{kind}_ms"] = round(timed(stack, device, args.repeat), 2)
+            except RuntimeError as e:  # an FP8 GEMM this torch or GPU lacks: said, not fatal
+                figures[f"{name}_{kind}_error"] = str(e).splitlines()[0]
+    figures["vision_attention_ms"] = round(
+        timed(vision_attention(vision, patches, device), device, args.repeat), 2
+    )
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()

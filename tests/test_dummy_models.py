@@ -225,3 +225,33 @@ def test_the_tiny_models_are_their_examples_scaled_down(arch: str) -> None:
     vision = config["vision_config"]
     assert vision["patch_size"] == shapes["vision_config"]["patch_size"]
     assert config["image_token_id"] == ids["<|image_pad|>"]
+
+
+def test_the_page_arithmetic_bench_reads_a_familys_shapes_from_its_example_config() -> None:
+    # dev/gpu/page_arith.py: a 192 dpi letter page for Chandra 2's shapes, and the layers it times
+    probe = (
+        "import importlib.util, json, sys\n"
+        "spec = importlib.util.spec_from_file_location('pa', sys.argv[1])\n"
+        "pa = importlib.util.module_from_spec(spec); spec.loader.exec_module(pa)\n"
+        "vision, text = pa.shapes(json.load(open(sys.argv[2])))\n"
+        "print(json.dumps([pa.patches_and_tokens(vision, 1632, 2112),\n"
+        "    len(pa.text_linears(text)), len(pa.vision_linears(vision))]))\n"
+    )
+    out = subprocess.run(
+        [
+            str(engine_python()),
+            "-c",
+            probe,
+            str(ROOT / "dev/gpu/page_arith.py"),
+            str(ROOT / "examples/chandra-ocr-2.config.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    (patches, tokens), text_layers, vision_layers = json.loads(out.stdout)
+    assert (patches, tokens) == (102 * 132, 102 * 132 // 4)  # 16 px patches, merged 2 × 2
+    # 32 layers: an MLP's two each, 8 full-attention layers' two, 24 gated-delta-net layers' three
+    assert text_layers == 32 * 2 + 8 * 2 + 24 * 3
+    assert vision_layers == 24 * 4

@@ -78,10 +78,11 @@ def timed(fn: Callable[[], object], device: str, repeat: int) -> float:
 
 
 def linear_stack(
-    dims: list[tuple[int, int]], tokens: int, device: str, fp8: bool
+    dims: list[tuple[int, int]], tokens: int, device: str, fp8: bool, gemm_only: bool = False
 ) -> Callable[[], None]:
     """The layers' GEMMs on a (tokens × in) input each; with `fp8`, weights and the input in
-    FP8 with per-tensor scales (the input's found and applied at each call)."""
+    FP8 with per-tensor scales (the input's found and applied at each call, in plain torch
+    operations, unless `gemm_only`)."""
     dtype = torch.bfloat16
     weights = {d: torch.randn(d[1], d[0], device=device, dtype=dtype) / d[0] ** 0.5 for d in dims}
     inputs = {k: torch.randn(tokens, k, device=device, dtype=dtype) for k, _ in dims}
@@ -95,11 +96,16 @@ def linear_stack(
     one = torch.ones((), device=device)
     qweights = {d: (w / w.abs().max() * 448).to(FP8) for d, w in weights.items()}
 
+    quantized = {k: (a / (a.abs().max().float() / 448)).to(FP8) for k, a in inputs.items()}
+
     def run() -> None:
         for k, n in dims:
-            a = inputs[k]
-            scale = a.abs().max().float() / 448
-            qa = (a / scale).to(FP8)
+            if gemm_only:  # the GEMMs alone: the floor a fused quantization would approach
+                qa, scale = quantized[k], one
+            else:
+                a = inputs[k]
+                scale = a.abs().max().float() / 448
+                qa = (a / scale).to(FP8)
             torch._scaled_mm(qa, qweights[(k, n)].t(), scale_a=scale, scale_b=one, out_dtype=dtype)
 
     return run
@@ -144,11 +150,13 @@ def main() -> None:
     runs = {
         "vision_linear": (vision_linears(vision), -(-patches // 16) * 16),
         "text_linear": (text_linears(text), pad),
+        # one decoding step of MAX_NUM_SEQS sequences: a token each through the same layers
+        "decode_step_linear": (text_linears(text), 256),
     }
     for name, (dims, rows) in runs.items():
-        for kind in ("bf16", "fp8") if fp8 else ("bf16",):
+        for kind in ("bf16", "fp8", "fp8_gemm") if fp8 else ("bf16",):
             try:
-                stack = linear_stack(dims, rows, device, kind == "fp8")
+                stack = linear_stack(dims, rows, device, kind != "bf16", kind == "fp8_gemm")
                 figures[f"{name}_{kind}_ms"] = round(timed(stack, device, args.repeat), 2)
             except RuntimeError as e:  # an FP8 GEMM this torch or GPU lacks: said, not fatal
                 figures[f"{name}_{kind}_error"] = str(e).splitlines()[0]

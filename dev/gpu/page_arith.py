@@ -1,14 +1,15 @@
 """Time the arithmetic of taking one page in, for a Qwen3.5-style family's shapes, on the GPU
-host's own torch (no vLLM): the vision tower's forward (its linear layers and its attention over
-every patch) and the language model's prefill linear layers, in bf16 and with FP8 linear layers
-(per-tensor scales, the activations quantized as they come, as vLLM's online FP8 does). Random
-weights: what it measures is time, not reading. It tells how far a page's intake is from the
-GPU's floor and what FP8 would save, before a whole engine is tried:
+host's own torch (no vLLM): the vision tower's linear layers and its attention over every patch,
+the language model's prefill linear layers, and one decoding step's linear layers for 256
+sequences; the linear layers in bf16 and in FP8 (per-tensor scales), once with the activations
+quantized at each call in plain torch operations and once with the GEMMs alone (the floor a fused
+quantization approaches). Random weights: what it measures is time, not reading. It tells how
+much of a page's time is its arithmetic, and what FP8 could save, before a whole engine is tried:
 
     python3 dev/gpu/page_arith.py examples/chandra-ocr-2.config.json --page 1632x2112
 
-Prints one JSON object. The language model's gated-delta-net recurrence and attention cores are
-left out (small beside the linear layers at a page's few thousand tokens).
+Prints one JSON object. Left out: the language model's gated-delta-net recurrence, its attention
+cores, norms and the rest, which FP8 would not change.
 """
 
 from __future__ import annotations
@@ -95,7 +96,6 @@ def linear_stack(
         return run_bf16
     one = torch.ones((), device=device)
     qweights = {d: (w / w.abs().max() * 448).to(FP8) for d, w in weights.items()}
-
     quantized = {k: (a / (a.abs().max().float() / 448)).to(FP8) for k, a in inputs.items()}
 
     def run() -> None:

@@ -230,7 +230,8 @@ def test_the_tiny_models_are_their_examples_scaled_down(arch: str) -> None:
 def test_the_page_arithmetic_bench_reads_a_familys_shapes_from_its_example_config() -> None:
     # dev/gpu/page_arith.py: a 192 dpi letter page for Chandra 2's shapes, and the layers it times
     probe = (
-        "import importlib.util, json, sys\n"
+        "import importlib.util, json, os, sys\n"
+        "sys.path.insert(0, os.path.dirname(sys.argv[1]))  # as a script run from there has it\n"
         "spec = importlib.util.spec_from_file_location('pa', sys.argv[1])\n"
         "pa = importlib.util.module_from_spec(spec); spec.loader.exec_module(pa)\n"
         "vision, text = pa.shapes(json.load(open(sys.argv[2])))\n"

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from sampler_bench import timed  # beside it in dev/gpu: the median of CUDA-event timings
 
 FP8 = torch.float8_e4m3fn
 
@@ -60,22 +60,6 @@ def text_linears(text: dict) -> list[tuple[int, int]]:
 def vision_linears(vision: dict) -> list[tuple[int, int]]:
     d, ff = vision["hidden_size"], vision["intermediate_size"]
     return [(d, 3 * d), (d, d), (d, ff), (ff, d)] * vision["depth"]
-
-
-def timed(fn: Callable[[], object], device: str, repeat: int) -> float:
-    """Median milliseconds of `fn` over `repeat` runs, after two warm-up runs."""
-    for _ in range(2):
-        fn()
-    times = []
-    for _ in range(repeat):
-        if device == "cuda":
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        fn()
-        if device == "cuda":
-            torch.cuda.synchronize()
-        times.append((time.perf_counter() - t0) * 1000)
-    return sorted(times)[len(times) // 2]
 
 
 def linear_stack(
@@ -157,11 +141,11 @@ def main() -> None:
         for kind in ("bf16", "fp8", "fp8_gemm") if fp8 else ("bf16",):
             try:
                 stack = linear_stack(dims, rows, device, kind != "bf16", kind == "fp8_gemm")
-                figures[f"{name}_{kind}_ms"] = round(timed(stack, device, args.repeat), 2)
+                figures[f"{name}_{kind}_ms"] = round(timed(stack, args.repeat, device), 2)
             except RuntimeError as e:  # an FP8 GEMM this torch or GPU lacks: said, not fatal
                 figures[f"{name}_{kind}_error"] = str(e).splitlines()[0]
     figures["vision_attention_ms"] = round(
-        timed(vision_attention(vision, patches, device), device, args.repeat), 2
+        timed(vision_attention(vision, patches, device), args.repeat, device), 2
     )
     print(json.dumps(figures))
 

@@ -212,6 +212,18 @@ def test_the_front_ends_follow_the_engines_vllm(
     assert four.on_vllm(version).api_server_count >= 4
 
 
+@pytest.mark.parametrize(("version", "jit_off"), [("0.32.0", True), ("0.26.0", False)])
+def test_fast_turns_the_jit_warm_up_off_on_the_vllm_it_was_measured_on(
+    version: str, jit_off: bool
+) -> None:
+    # vLLM 0.26's kernel config was never read here: its engine gets no flag it may refuse
+    fast = Settings(start_mode="fast")
+    for family in ("chandra", "olmocr"):
+        spec = ServeSpec.resolve(fast, H100, FAMILIES[family](), cpus=16).on_vllm(version)
+        engine = launch_argvs(spec, 8000, rpc_port=8100)["engine"]
+        assert ("--kernel-config" in engine) is jit_off, (family, version)
+
+
 def test_the_image_vllm_is_the_dockerfiles() -> None:
     for dockerfile in ("Dockerfile", ".runpod/Dockerfile"):
         text = (ROOT / dockerfile).read_text()

@@ -182,6 +182,9 @@ def test_start_modes_in_the_serve_line(capsys, monkeypatch, family: str) -> None
         '{"cudagraph_mode": "FULL_DECODE_ONLY", '
         '"cudagraph_capture_sizes": [1, 2, 4, 8, 16, 32, 64, 128, 256]}'
     )
+    # no JIT warm-up of every sampler feature: the warm-up page compiles what pages use
+    assert flag(fast, "--kernel-config") == '{"enable_jit_warmup": false}'
+    assert "--kernel-config" not in throughput  # compiled at start there, as vLLM does
     monkeypatch.setenv("ENFORCE_EAGER", "true")
     eager = serve_lines(capsys, family, "--gpus", "1")["engine"]
     assert "--enforce-eager" in eager and "--compilation-config" not in eager

@@ -80,14 +80,24 @@ def fast_graph_sizes(max_num_seqs: int) -> list[int]:
 INDUCTOR_UNTIMED = {"combo_kernels": True, "benchmark_combo_kernel": False}
 
 
+# The first vLLM release whose kernel config the worker sets (`fast`'s JIT warm-up off): the one
+# it was measured on, and the image's.
+KERNEL_CONFIG_FROM = (0, 32)
+
+
 def compilation_args(
-    vllm: VllmSettings, mode: StartMode, max_num_seqs: int, cuda: bool
+    vllm: VllmSettings,
+    mode: StartMode,
+    max_num_seqs: int,
+    cuda: bool,
+    release: tuple[int, int],
 ) -> list[str]:
     """How much is compiled and captured at start. `throughput`: vLLM's torch.compile and
     CUDA graphs at every size a batch is padded to (on a GPU, Inductor's timing of its combo
     kernels off with `TRITON_AUTOTUNE`). `fast`: no torch.compile, Inductor or FlashInfer
     autotuning (`--optimization-level 0`), but whole decode steps still captured as CUDA graphs
-    at a few sizes, where most of the time of a page goes."""
+    at a few sizes, where most of the time of a page goes; and from vLLM 0.32 no JIT warm-up
+    (`release`: the engine's)."""
     if vllm.enforce_eager:
         return ["--enforce-eager"]
     if mode is StartMode.FAST:
@@ -97,7 +107,15 @@ def compilation_args(
             else fast_graph_sizes(max_num_seqs)
         )
         config = {"cudagraph_mode": "FULL_DECODE_ONLY", "cudagraph_capture_sizes": sizes}
-        return ["--optimization-level", "0", "--compilation-config", json.dumps(config)]
+        argv = ["--optimization-level", "0", "--compilation-config", json.dumps(config)]
+        # vLLM's JIT warm-up runs prefill and decode steps with every sampler feature at once so
+        # that Triton compiles their kernels before the graphs are captured: some 20 s of a fresh
+        # start at `fast` on the H200 for a gated-delta-net model, logged by no line. Off, the
+        # kernels the worker's requests use compile on its warm-up page instead (the warm-up
+        # vLLM itself skips under `--enforce-eager`).
+        if release >= KERNEL_CONFIG_FROM:
+            argv += ["--kernel-config", json.dumps({"enable_jit_warmup": False})]
+        return argv
     config: dict[str, object] = {"cudagraph_capture_sizes": cuda_graph_sizes(vllm, max_num_seqs)}
     if cuda and not vllm.triton_autotune:  # (vLLM's CPU build turns combo kernels off)
         config["inductor_compile_config"] = INDUCTOR_UNTIMED
@@ -328,7 +346,9 @@ def server_argv(spec: ServeSpec, port: int) -> list[str]:
         "--structured-outputs-config",
         json.dumps({"backend": "xgrammar", "disable_any_whitespace": True}),
     ]
-    argv += compilation_args(vllm, spec.start_mode, spec.max_num_seqs, spec.cuda)
+    argv += compilation_args(
+        vllm, spec.start_mode, spec.max_num_seqs, spec.cuda, vllm_release(spec.vllm_version)
+    )
     argv += spec.family_args
     argv += shlex.split(vllm.vllm_extra_args)
     return argv

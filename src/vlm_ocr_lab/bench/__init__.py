@@ -107,8 +107,9 @@ def _record_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--start",
         choices=("fresh", "warm"),
-        help="--record: the start's kind (default: warm when the engine reused caches on the "
-        "volume or hit its compile cache, else fresh)",
+        help="--record: the start's kind where the engine's facts do not say it (a start that "
+        "failed); else warm when the engine reused caches on the volume or hit its compile cache, "
+        "fresh when it built them",
     )
     p.add_argument("--note", default="", help="--record: what a reader of the row must know")
 

@@ -116,12 +116,16 @@ def phases(facts: dict[str, Any]) -> dict[str, float]:
 
 
 def start_kind(facts: dict[str, Any], given: str | None) -> measured.Start:
-    """Warm when the engine reused the volume's caches or hit its compile cache."""
-    if given in ("fresh", "warm"):
-        return given  # type: ignore[return-value]
-    reused = (facts.get("caches") or {}).get("state") == "reused"
-    hit = (facts.get("cold_start") or {}).get("compile_cache") == "hit"
-    return "warm" if reused or hit else "fresh"
+    """Warm when the engine reused the volume's caches or hit its compile cache, fresh when it
+    built them, whatever the run was planned as (a second "fresh" run of one model and settings
+    on a host reuses the first one's caches); `given` only where the start said neither."""
+    state = (facts.get("caches") or {}).get("state")
+    compiled = (facts.get("cold_start") or {}).get("compile_cache")
+    if state == "reused" or compiled == "hit":
+        return "warm"
+    if state is not None or compiled is not None or given not in ("fresh", "warm"):
+        return "fresh"
+    return given  # type: ignore[return-value]
 
 
 def gpu_name(facts: dict[str, Any]) -> str:

@@ -108,11 +108,12 @@ def compilation_args(
         )
         config = {"cudagraph_mode": "FULL_DECODE_ONLY", "cudagraph_capture_sizes": sizes}
         argv = ["--optimization-level", "0", "--compilation-config", json.dumps(config)]
-        # vLLM's JIT warm-up runs prefill and decode steps with every sampler feature at once so
-        # that Triton compiles their kernels before the graphs are captured: some 20 s of a fresh
-        # start at `fast` on the H200 for a gated-delta-net model, logged by no line. Off, the
-        # kernels the worker's requests use compile on its warm-up page instead (the warm-up
-        # vLLM itself skips under `--enforce-eager`).
+        # vLLM's JIT warm-up runs a batch of short prefills and three decode steps with every
+        # sampler feature on, so that Triton compiles their kernels before the graphs are
+        # captured (vLLM skips it itself under `--enforce-eager`). Off, on the H200 (vLLM 0.32),
+        # a fresh engine init at `fast` took 15-22 s less, and the warm-up page, which then
+        # compiles what its own steps use, about 2 s more; a batch shape it does not make may
+        # compile in a fresh worker's first busy minute (the models' doc says what was seen).
         if release >= KERNEL_CONFIG_FROM:
             argv += ["--kernel-config", json.dumps({"enable_jit_warmup": False})]
         return argv

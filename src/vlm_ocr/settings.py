@@ -461,8 +461,9 @@ class VllmSettings(Group):
     start_mode: StartMode = Field(
         StartMode.AUTO,
         description="`throughput`: torch.compile and CUDA graphs of every batch size up to "
-        "`MAX_NUM_SEQS`; `fast`: no torch.compile (`--optimization-level 0`) and CUDA graphs of "
-        "whole decode steps at powers of two only, a cold start about half as long; `auto`: the "
+        "`MAX_NUM_SEQS`; `fast`: no torch.compile (`--optimization-level 0`), CUDA graphs of "
+        "whole decode steps at powers of two only and, from vLLM 0.32, no JIT kernel warm-up "
+        "(the warm-up page compiles what pages use), a cold start about half as long; `auto`: the "
         "model family's own, `fast` where it read as many pages a second on the H200 "
         "(docs/models.md's families table says which; Cold start, what is measured of each).",
     )

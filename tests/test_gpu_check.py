@@ -213,6 +213,12 @@ def test_a_spec_names_the_workers_settings_for_its_run_alone() -> None:
     assert profiled.settings == {"PYSPY_HZ": "20"}
     values = dict(part.split("=", 1) for part in shlex.split(profiled.shell(5000)))
     assert values["run_env"] == "PYSPY_HZ=20" and values["engines"] == "1"
+    # the direct path first is an order of the passes, not a setting: sized from the defaults'
+    at_defaults = [run(engine_ready_s=100.0, pages_per_s=10.0, direct_pages_per_s=10.0)]
+    ordered = gpu_check.step("olmocr,DIRECT_FIRST=1", at_defaults)
+    assert ordered.settings == {"DIRECT_FIRST": "1"}
+    assert ordered.pages == gpu_check.step("olmocr", at_defaults).pages
+    assert "row of 2026-12-01 at abc1234" in ordered.basis
 
 
 def test_engines_sharing_the_gpu_are_planned_as_such() -> None:

@@ -14,7 +14,8 @@
 #   DRY_RUN=1 bash dev/gpu/check.sh 560 lighton-ocr olmocr olmocr:warm
 # SAMPLER_BENCH=1 first times vLLM's top-p filter alone (dev/gpu/sampler_bench.py, sampler.txt).
 # A target's PYSPY_HZ=N samples its run with py-spy (dev/gpu/pyspy_summary.py reads it); its
-# ENGINES_ON_GPU=N runs N benches whose engines share the GPU (their rows: shared-rows.jsonl).
+# ENGINES_ON_GPU=N runs N benches whose engines share the GPU (their rows: shared-rows.jsonl); its
+# DIRECT_FIRST=1 runs the direct path before the worker's pass (a first busy minute told apart).
 # TARGET: qwen-vl olmocr chandra dots-ocr lighton-ocr lighton-ocr-3-0.8b lighton-ocr-3-4b;
 # TARGET:warm is its second start, after its fresh one on the same host (this call or an
 # earlier one while the host stayed up). Settings after commas are the worker's, for that run
@@ -97,6 +98,7 @@ run_one() {  # in a subshell: the run's own environment, and env.sh sourced with
   . dev/gpu/env.sh
   if [ "$kind" = fresh ]; then
     pages_args=(--pages $((pages / 2)) --jobs 2 --direct)
+    [ "${DIRECT_FIRST:-0}" = 1 ] && pages_args+=(--direct-first)
   else
     pages_args=(--pages 0 --jobs 1)
   fi

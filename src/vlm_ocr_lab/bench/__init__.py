@@ -51,6 +51,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="also send the same pages straight to the engine's server",
     )
     p.add_argument(
+        "--direct-first",
+        action="store_true",
+        help="with --direct: the direct path before the worker's passes, not after, so a "
+        "worker pass slower than the direct path is told from the engine's first busy minute",
+    )
+    p.add_argument(
         "--progress",
         type=float,
         default=30.0,

@@ -165,7 +165,9 @@ _SETTINGS = {env_name(name) for name in Settings.GROUP_OF}
 # overrides never hold them (its note does). PYSPY_HZ: sample the run's processes with py-spy.
 # ENGINES_ON_GPU: that many benches whose engines share the GPU, their passes run at once
 # (is a second engine core worth half the memory?), their rows kept apart from the data's.
-_CHECK_OWN = {"PYSPY_HZ", "ENGINES_ON_GPU"}
+# DIRECT_FIRST=1: the direct path before the worker's pass (is the worker's gap the engine's
+# first busy minute after its start?).
+_CHECK_OWN = {"PYSPY_HZ", "ENGINES_ON_GPU", "DIRECT_FIRST"}
 
 
 def _pairs(env: dict[str, str]) -> list[str]:

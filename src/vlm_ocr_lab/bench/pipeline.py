@@ -155,6 +155,9 @@ async def _start_and_measure(
         return
     if args.start_together:
         await _start_together(args.start_together, deadline)
+    direct = args.direct or args.direct_first
+    if direct and args.direct_first:
+        await _direct_into(run, worker, args, deadline)
     # Later passes run on an engine that has seen the workload: a first pass slower than the
     # next is start-up work the warm-up page did not do.
     passes = []
@@ -170,9 +173,13 @@ async def _start_and_measure(
                 time_left=deadline.left(),
             )
         )
-    run.figures = passes[-1] | {"earlier_passes": passes[:-1]}
-    if not args.direct:
-        return
+    run.figures = passes[-1] | {"earlier_passes": passes[:-1]} | run.figures
+    if direct and not args.direct_first:
+        await _direct_into(run, worker, args, deadline)
+
+
+async def _direct_into(run: Run, worker: Any, args: argparse.Namespace, deadline: Deadline) -> None:
+    """The direct path's figures into the run's, or why it did not run."""
     if deadline.left() == 0:
         run.figures["direct"] = {"skipped": "no time left within --time-limit"}
         return
@@ -180,6 +187,8 @@ async def _start_and_measure(
         run.figures["direct"] = await _direct(worker, args, deadline.left())
     except EngineError as exc:  # the engine died: the passes' figures still count
         run.figures["direct"] = {"skipped": f"the engine failed: {exc}"}
+        return
+    run.figures["direct"]["first"] = bool(args.direct_first)
 
 
 async def _start_together(go: Path, deadline: Deadline) -> None:

@@ -146,8 +146,9 @@ def print_direct(fig: dict[str, Any], direct: dict[str, Any]) -> None:
         if fig.get("pages_per_s") is not None
         else ""
     )
+    first = " (before the worker's passes)" if direct.get("first") else ""
     print(
-        f"direct to server: {pace(direct)}  output tokens/s "
+        f"direct to server{first}: {pace(direct)}  output tokens/s "
         f"{direct['output_tokens_per_s']:.0f}  latency p50 "
         f"{direct['p50']:.3f} s p95 {direct['p95']:.3f} s{ratio}"
     )

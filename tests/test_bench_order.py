@@ -1,0 +1,32 @@
+"""`vlm-ocr-lab bench --direct-first`: the direct path runs before the worker's passes, so a
+worker pass slower than the direct path is told from the engine's first busy minute. Driven as
+a user types it, against the instant engine."""
+
+from __future__ import annotations
+
+from vlm_ocr_lab import cli
+
+INSTANT = ["bench", "--instant-engine", "--slow", "0", "--jobs", "1", "--pages", "3"]
+
+
+def first_lines(capsys, *args: str) -> tuple[int, list[str]]:
+    # --progress prints a line at each pass's first page: their order is the passes' order
+    code = cli.main([*INSTANT, "--progress", "30", *args])
+    lines = capsys.readouterr().out.splitlines()
+    return code, [line for line in lines if line.startswith(("progress, ", "direct to server"))]
+
+
+def test_the_direct_path_runs_first_when_asked(capsys) -> None:
+    code, lines = first_lines(capsys, "--direct-first")
+    assert code == 0
+    assert lines[0].startswith("progress, direct path: ")
+    assert any(line.startswith("progress, worker pass 1: ") for line in lines[1:])
+    assert lines[-1].startswith("direct to server (before the worker's passes): pages/s: ")
+    assert "worker/direct pages/s ratio" in lines[-1]
+
+
+def test_by_default_it_runs_after_the_passes(capsys) -> None:
+    code, lines = first_lines(capsys, "--direct")
+    assert code == 0
+    assert lines[0].startswith("progress, worker pass 1: ")
+    assert lines[-1].startswith("direct to server: pages/s: ")

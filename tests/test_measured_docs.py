@@ -72,7 +72,7 @@ def test_the_tables_read_rows_as_the_reader_gives_them() -> None:
     rows = [
         measured.parse(
             '{"date": "2026-12-03", "commit": "abc1234", "gpu": "NVIDIA H200", "vllm": "0.32.0", '
-            '"transformers": "5.19.0", "family": "lighton-ocr", "model": "org/Some-OCR-1B", '
+            '"transformers": "5.19.0", "family": "dots-ocr", "model": "org/Some-OCR-1B", '
             '"overrides": {"MAX_NUM_SEQS": "128"}, "start": "fresh", "engine_ready_s": 101.5, '
             '"phases": {"first_log_line_at_s": 20.5, "engine_init_s": 40.0, "warmup_page_s": 0.8}, '
             '"pages": 256, "failed": 2, "failed_by_reason": {"engine: HTTP 400": 2}, '

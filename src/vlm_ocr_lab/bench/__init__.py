@@ -8,8 +8,29 @@ from __future__ import annotations
 import argparse
 import asyncio
 from pathlib import Path
+from typing import NamedTuple
 
 from vlm_ocr.settings import Settings
+
+
+class BatchingShape(NamedTuple):
+    seqs: int
+    intake_ms: float
+    step_ms: float
+
+
+def batching_shape(text: str) -> BatchingShape:
+    """`--batching-engine SEQS,INTAKE_MS,STEP_MS`, or argparse's error naming the form."""
+    try:
+        seqs, intake, step = text.split(",")
+        shape = BatchingShape(int(seqs), float(intake), float(step))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not SEQS,INTAKE_MS,STEP_MS (for example 256,55,17)"
+        ) from None
+    if shape.seqs < 1 or shape.intake_ms < 0 or shape.step_ms <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: SEQS >= 1, INTAKE_MS >= 0, STEP_MS > 0")
+    return shape
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -165,6 +186,15 @@ def _other_benchmarks(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="the CPU time vLLM's API servers spend preparing one page, drawn on the family's "
         "grid and off it (ENGINE=vllm; --pages requests each, default 16)",
+    )
+    p.add_argument(
+        "--batching-engine",
+        type=batching_shape,
+        metavar="SEQS,INTAKE_MS,STEP_MS",
+        help="an OpenAI-compatible server on loopback that batches as vLLM does, in time only "
+        "(ENGINE=openai): SEQS requests at once, each engine step taking one page in "
+        "(INTAKE_MS) or decoding (STEP_MS); with --direct, whether the worker keeps such an "
+        "engine as busy as requests sent straight to it (LightOnOCR 2 on an H200: 256,55,17)",
     )
     p.add_argument(
         "--instant-engine",

@@ -84,9 +84,11 @@ async def bench_main(settings: Settings, args: argparse.Namespace) -> int:
             s3 = LoopbackS3()
             stack.callback(s3.stop)
             settings = settings.with_(**s3.settings_update(s3.create_bucket("bench")))
-        soak = stack.enter_context(instant_engine(args)) if args.instant_engine else None
+        soak = stack.enter_context(standin_engine(args)) if standin_argv(args) else None
         if soak is not None:
             settings = settings.with_(engine="openai", openai_base_url=soak.url)
+        if args.batching_engine and not settings.vllm.max_num_seqs:  # the worker sized for it
+            settings = settings.with_(max_num_seqs=args.batching_engine.seqs)
         use_bucket = args.bucket or args.loopback_s3
         if use_bucket and not settings.bucket.configured:
             print("vlm-ocr-lab bench --bucket: set BUCKET_NAME and its credentials first")
@@ -103,7 +105,8 @@ async def bench_main(settings: Settings, args: argparse.Namespace) -> int:
         finally:
             await worker.close()
         if soak is not None and run.figures:
-            run.figures["instant_engine"] = soak.stats()
+            kind = "batching_engine" if args.batching_engine else "instant_engine"
+            run.figures[kind] = soak.stats()
     facts = worker.engine_facts()
     failed = print_failures_first(run.figures, run.figures.get("direct", {}), run.start_error)
     if run.start_error is None:
@@ -201,8 +204,8 @@ async def _start_together(go: Path, deadline: Deadline) -> None:
 
 
 class SoakEngine:
-    """The soak's engine (`testing.instant_engine`) in a process of its own, so its threads
-    take neither the worker's interpreter nor its memory."""
+    """A stand-in engine (`standins.instant_engine`, `standins.batching_engine`) in a process
+    of its own, so its threads take neither the worker's interpreter nor its memory."""
 
     def __init__(self, proc: subprocess.Popen[str], url: str) -> None:
         self.proc, self.url = proc, url
@@ -212,22 +215,31 @@ class SoakEngine:
             return dict(json.loads(resp.read()))
 
 
+def standin_argv(args: argparse.Namespace) -> list[str]:
+    """The command line of the stand-in engine the bench asks for (none: empty)."""
+    if args.batching_engine:
+        shape = args.batching_engine
+        return [
+            *("-m", "vlm_ocr_lab.standins.batching_engine", "--seqs", str(shape.seqs)),
+            *("--intake-ms", str(shape.intake_ms), "--step-ms", str(shape.step_ms)),
+        ]
+    if args.instant_engine:
+        return [
+            *("-m", "vlm_ocr_lab.standins.instant_engine", "--faults", str(args.faults)),
+            *("--slow", str(args.slow), "--slow-s", str(args.slow_s), "--spare", str(args.spare)),
+        ]
+    return []
+
+
 @contextlib.contextmanager
-def instant_engine(args: argparse.Namespace) -> Iterator[SoakEngine]:
-    argv = [
-        sys.executable,
-        "-m",
-        "vlm_ocr_lab.standins.instant_engine",
-        "--faults",
-        str(args.faults),
-    ]
-    argv += ["--slow", str(args.slow), "--slow-s", str(args.slow_s), "--spare", str(args.spare)]
+def standin_engine(args: argparse.Namespace) -> Iterator[SoakEngine]:
+    argv = [sys.executable, *standin_argv(args)]
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
         url = proc.stdout.readline().strip()
         if not url.startswith("http://127.0.0.1:"):
-            raise RuntimeError(f"the instant engine did not start (it printed {url!r})")
+            raise RuntimeError(f"the stand-in engine did not start (it printed {url!r})")
         yield SoakEngine(proc, url)
     finally:
         if proc.stdin is not None:

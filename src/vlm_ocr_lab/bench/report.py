@@ -192,6 +192,13 @@ def print_transport(fig: dict[str, Any]) -> None:
             + ", ".join(f"{k} {v}" for k, v in lost.items())
             + f"), {stats.get('slow', 0):,} answered slowly"
         )
+    if stats := fig.get("batching_engine"):
+        print(
+            f"batching engine: {stats.get('requests', 0):,} requests, "
+            f"{stats.get('intake steps', 0):,} steps taking a page in, "
+            f"{stats.get('decode steps', 0):,} decoding, at most {stats.get('most running', 0)} "
+            "running"
+        )
 
 
 def print_cost(price: float, fig: dict[str, Any], direct: dict[str, Any]) -> None:

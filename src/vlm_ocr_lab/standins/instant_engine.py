@@ -29,7 +29,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from vlm_ocr_lab.standins.loopback_http import LoopbackHTTP
+from vlm_ocr_lab.standins.loopback_http import JsonHandler, LoopbackHTTP
 
 # What a request lost on the way can look like to the client.
 FAULTS = ("drop", "cut", "reset", "502", "503", "504", "garbage")
@@ -124,9 +124,7 @@ class InstantEngine(LoopbackHTTP):
         self._lock = threading.Lock()
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
+        class Handler(JsonHandler):
             def do_GET(self) -> None:
                 if self.path == "/stats":
                     with server._lock:
@@ -147,16 +145,6 @@ class InstantEngine(LoopbackHTTP):
                 if slow:
                     time.sleep(server.slow_s)
                 self._send(answer)
-
-            def _send(self, body: bytes) -> None:
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: object) -> None:
-                pass
 
         super().__init__(Handler, backlog=1024)
 

@@ -1,5 +1,6 @@
 """An HTTP server on 127.0.0.1 with a free port, serving on a thread of its own: what the test
-and benchmark stand-ins that speak HTTP (the instant engine, the fault proxy) are built on."""
+and benchmark stand-ins that speak HTTP (the instant and batching engines, the fault proxy) are
+built on; `JsonHandler`, the engines' way of answering."""
 
 from __future__ import annotations
 
@@ -28,3 +29,19 @@ class LoopbackHTTP:
     def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+class JsonHandler(BaseHTTPRequestHandler):
+    """A handler on HTTP/1.1 keep-alive that answers JSON and logs nothing."""
+
+    protocol_version = "HTTP/1.1"
+
+    def _send(self, body: bytes) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass

@@ -1,0 +1,126 @@
+"""An OpenAI-compatible chat server on loopback that batches pages as vLLM does, in time only:
+at most SEQS requests run at once and the rest wait in order; each step of the engine either
+takes one waiting page in (INTAKE_MS, the vision encoder and prefill of a page) or, with none to
+take or no room, decodes (STEP_MS); every running request gets a token a step and ends with its
+`max_tokens`. So pages of one length go through in waves, as on a GPU, with no GPU: the bench
+(`vlm-ocr-lab bench --batching-engine`) tells whether the worker keeps such an engine as busy as
+requests sent straight to it do.
+
+    python -m vlm_ocr_lab.standins.batching_engine --seqs 256 --intake-ms 55 --step-ms 17
+
+prints its base URL on the first line of its output and serves until its input closes;
+`GET /stats` says what it did.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
+
+from vlm_ocr_lab.standins.instant_engine import chat_answer, image_digest
+from vlm_ocr_lab.standins.loopback_http import JsonHandler, LoopbackHTTP
+
+
+@dataclass
+class Sequence:
+    tokens_left: int
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+class BatchingEngine(LoopbackHTTP):
+    """The server and its engine loop, each on a thread of its own."""
+
+    def __init__(self, *, seqs: int, intake_s: float, step_s: float) -> None:
+        if seqs < 1 or intake_s < 0 or step_s <= 0:
+            raise ValueError("seqs >= 1, intake >= 0 and step > 0, please")
+        self.seqs, self.intake_s, self.step_s = seqs, intake_s, step_s
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.stats: Counter[str] = Counter()
+        self._cond = threading.Condition()
+        self._closed = False
+        server = self
+
+        class Handler(JsonHandler):
+            def do_GET(self) -> None:
+                if self.path == "/stats":
+                    with server._cond:
+                        self._send(json.dumps(dict(server.stats)).encode())
+                elif self.path in ("/health", "/version"):
+                    self._send(b'{"version": "batching"}')
+                else:
+                    self.send_error(404)
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                request = json.loads(self.rfile.read(length) or b"{}")
+                server.serve(int(request.get("max_tokens") or 16))
+                text = f"Page {image_digest(request)}: its text."
+                self._send(chat_answer(request, text))
+
+        super().__init__(Handler, backlog=1024)
+        self._loop = threading.Thread(target=self._steps, name="engine-steps", daemon=True)
+        self._loop.start()
+
+    def serve(self, tokens: int) -> None:
+        """Queue one request and wait until the engine has written its tokens."""
+        seq = Sequence(max(1, tokens))
+        with self._cond:
+            self.waiting.append(seq)
+            self.stats["requests"] += 1
+            self._cond.notify()
+        seq.done.wait()
+
+    def _steps(self) -> None:
+        while True:
+            with self._cond:
+                while not (self.waiting or self.running or self._closed):
+                    self._cond.wait()
+                if self._closed:
+                    return
+                taking = self.waiting.popleft() if self.waiting and self._room() else None
+            time.sleep(self.intake_s if taking else self.step_s)  # the GPU's step
+            with self._cond:
+                self.stats["intake steps" if taking else "decode steps"] += 1
+                if taking is not None:
+                    self.running.append(taking)
+                    self.stats["most running"] = max(self.stats["most running"], len(self.running))
+                for seq in self.running:
+                    seq.tokens_left -= 1
+                for seq in [s for s in self.running if s.tokens_left <= 0]:
+                    self.running.remove(seq)
+                    seq.done.set()
+
+    def _room(self) -> bool:
+        return len(self.running) < self.seqs
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+            for seq in [*self.running, *self.waiting]:
+                seq.done.set()
+        super().close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seqs", type=int, default=256, help="requests run at once")
+    parser.add_argument("--intake-ms", type=float, default=55.0, help="a step taking a page in")
+    parser.add_argument("--step-ms", type=float, default=17.0, help="a decoding step")
+    args = parser.parse_args(argv)
+    server = BatchingEngine(
+        seqs=args.seqs, intake_s=args.intake_ms / 1000, step_s=args.step_ms / 1000
+    )
+    print(server.url, flush=True)
+    sys.stdin.read()  # until the parent closes our input (or ends us)
+    server.close()
+
+
+if __name__ == "__main__":
+    main()

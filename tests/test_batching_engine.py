@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 import urllib.request
 
@@ -56,7 +57,8 @@ def test_the_bench_keeps_the_worker_beside_the_direct_path_and_says_what_the_eng
     assert "worker/direct pages/s ratio" in out
     # the warm-up page, the worker's six and the direct path's six; never more than four at once
     assert "batching engine: 13 requests, 13 steps taking a page in" in out
-    assert "at most 4 running" in out
+    most = re.search(r"at most (\d+) running", out)
+    assert most is not None and 1 <= int(most.group(1)) <= 4
 
 
 @pytest.mark.parametrize("shape", ["4,1", "four,1,1", "0,1,1", "4,1,0"])

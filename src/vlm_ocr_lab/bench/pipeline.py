@@ -158,8 +158,7 @@ async def _start_and_measure(
         return
     if args.start_together:
         await _start_together(args.start_together, deadline)
-    direct = args.direct or args.direct_first
-    if direct and args.direct_first:
+    if args.direct_first:
         await _direct_into(run, worker, args, deadline)
     # Later passes run on an engine that has seen the workload: a first pass slower than the
     # next is start-up work the warm-up page did not do.
@@ -177,7 +176,7 @@ async def _start_and_measure(
             )
         )
     run.figures = passes[-1] | {"earlier_passes": passes[:-1]} | run.figures
-    if direct and not args.direct_first:
+    if args.direct and not args.direct_first:
         await _direct_into(run, worker, args, deadline)
 
 

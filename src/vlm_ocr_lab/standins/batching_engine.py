@@ -1,10 +1,10 @@
 """An OpenAI-compatible chat server on loopback that batches pages as vLLM does, in time only:
 at most SEQS requests run at once and the rest wait in order; each step of the engine either
 takes one waiting page in (INTAKE_MS, the vision encoder and prefill of a page) or, with none to
-take or no room, decodes (STEP_MS); every running request gets a token a step and ends with its
-`max_tokens`. So pages of one length go through in waves, as on a GPU, with no GPU: the bench
-(`vlm-ocr-lab bench --batching-engine`) tells whether the worker keeps such an engine as busy as
-requests sent straight to it do.
+take or no room, decodes (STEP_MS); every running request gets a token a step and ends with the
+tokens its answer counts (its `max_tokens` when it ignores EOS). So pages of one length go
+through in waves, as on a GPU, with no GPU: the bench (`vlm-ocr-lab bench --batching-engine`)
+tells whether the worker keeps such an engine as busy as requests sent straight to it do.
 
     python -m vlm_ocr_lab.standins.batching_engine --seqs 256 --intake-ms 55 --step-ms 17
 
@@ -22,7 +22,7 @@ import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
-from vlm_ocr_lab.standins.instant_engine import chat_answer, image_digest
+from vlm_ocr_lab.standins.instant_engine import answer_tokens, chat_answer, image_digest
 from vlm_ocr_lab.standins.loopback_http import JsonHandler, LoopbackHTTP
 
 
@@ -59,7 +59,7 @@ class BatchingEngine(LoopbackHTTP):
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 request = json.loads(self.rfile.read(length) or b"{}")
-                server.serve(int(request.get("max_tokens") or 16))
+                server.serve(answer_tokens(request))
                 text = f"Page {image_digest(request)}: its text."
                 self._send(chat_answer(request, text))
 

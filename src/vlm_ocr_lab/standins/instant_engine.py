@@ -68,9 +68,14 @@ def send_fault(h: BaseHTTPRequestHandler, kind: str, answer: bytes = b"") -> Non
     h.wfile.write(body)
 
 
+def answer_tokens(request: dict[str, Any]) -> int:
+    """The tokens a stand-in's answer counts: as many as the request asks when it ignores EOS."""
+    return int(request.get("max_tokens") or 16) if request.get("ignore_eos") else 16
+
+
 def chat_answer(request: dict[str, Any], text: str) -> bytes:
-    """A chat completion of `text`: as long as the request asks when it ignores EOS."""
-    tokens = int(request.get("max_tokens") or 16) if request.get("ignore_eos") else 16
+    """A chat completion of `text`, `answer_tokens` long."""
+    tokens = answer_tokens(request)
     body = {
         "id": "instant",
         "object": "chat.completion",

@@ -21,8 +21,9 @@ def ask(url: str, tokens: int) -> dict:
         return json.loads(resp.read())
 
 
-def test_at_most_seqs_run_and_each_page_is_taken_in_by_a_step_of_its_own() -> None:
-    engine = BatchingEngine(seqs=1, intake_s=0.0, step_s=0.001)
+@pytest.mark.parametrize("busy", [0.0, 1.0])
+def test_at_most_seqs_run_and_each_page_is_taken_in_by_a_step_of_its_own(busy: float) -> None:
+    engine = BatchingEngine(seqs=1, intake_s=0.0, step_s=0.001, busy=busy)
     try:
         answers: list[dict] = []
         threads = [threading.Thread(target=lambda: answers.append(ask(engine.url, 3)))]
@@ -50,7 +51,7 @@ def test_the_bench_keeps_the_worker_beside_the_direct_path_and_says_what_the_eng
 ) -> None:
     monkeypatch.setenv("AUTO_ROTATE", "false")
     flags = ["--pages", "6", "--direct", "--output-tokens", "5", "--progress", "0"]
-    code = cli.main(["bench", "--batching-engine", "4,1,1", *flags])
+    code = cli.main(["bench", "--batching-engine", "4,1,1,0.5", *flags])
     out = capsys.readouterr().out
     assert code == 0
     assert "concurrency=5" in out  # the worker sized for 4 sequences and a queue
@@ -61,7 +62,7 @@ def test_the_bench_keeps_the_worker_beside_the_direct_path_and_says_what_the_eng
     assert most is not None and 1 <= int(most.group(1)) <= 4
 
 
-@pytest.mark.parametrize("shape", ["4,1", "four,1,1", "0,1,1", "4,1,0"])
+@pytest.mark.parametrize("shape", ["4,1", "four,1,1", "0,1,1", "4,1,0", "4,1,1,2", "4,1,1,1,1"])
 def test_a_shape_not_of_the_form_is_refused_naming_it(capsys, shape: str) -> None:
     with pytest.raises(SystemExit) as exit_:
         cli.main(["bench", "--batching-engine", shape])

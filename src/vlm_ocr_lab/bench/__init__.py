@@ -17,19 +17,22 @@ class BatchingShape(NamedTuple):
     seqs: int
     intake_ms: float
     step_ms: float
+    busy: float = 0.0
 
 
 def batching_shape(text: str) -> BatchingShape:
-    """`--batching-engine SEQS,INTAKE_MS,STEP_MS`, or argparse's error naming the form."""
+    """`--batching-engine SEQS,INTAKE_MS,STEP_MS[,BUSY]`, or argparse's error naming the form."""
     try:
-        seqs, intake, step = text.split(",")
-        shape = BatchingShape(int(seqs), float(intake), float(step))
-    except ValueError:
+        seqs, intake, step, *busy = text.split(",")
+        shape = BatchingShape(int(seqs), float(intake), float(step), *map(float, busy))
+    except (ValueError, TypeError):
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not SEQS,INTAKE_MS,STEP_MS (for example 256,55,17)"
+            f"{text!r} is not SEQS,INTAKE_MS,STEP_MS[,BUSY] (for example 256,55,17,0.9)"
         ) from None
-    if shape.seqs < 1 or shape.intake_ms < 0 or shape.step_ms <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: SEQS >= 1, INTAKE_MS >= 0, STEP_MS > 0")
+    if shape.seqs < 1 or shape.intake_ms < 0 or shape.step_ms <= 0 or not 0 <= shape.busy <= 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: SEQS >= 1, INTAKE_MS >= 0, STEP_MS > 0, BUSY from 0 to 1"
+        )
     return shape
 
 
@@ -190,11 +193,12 @@ def _other_benchmarks(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--batching-engine",
         type=batching_shape,
-        metavar="SEQS,INTAKE_MS,STEP_MS",
+        metavar="SEQS,INTAKE_MS,STEP_MS[,BUSY]",
         help="an OpenAI-compatible server on loopback that batches as vLLM does, in time only "
         "(ENGINE=openai): SEQS requests at once, each engine step taking one page in "
-        "(INTAKE_MS) or decoding (STEP_MS); with --direct, whether the worker keeps such an "
-        "engine as busy as requests sent straight to it (LightOnOCR 2 on an H200: 256,55,17)",
+        "(INTAKE_MS) or decoding (STEP_MS), BUSY of each step on a CPU (default 0); with "
+        "--direct, whether the worker keeps such an engine as busy as requests sent straight to "
+        "it (LightOnOCR 2 on an H200: 256,55,17)",
     )
     p.add_argument(
         "--instant-engine",

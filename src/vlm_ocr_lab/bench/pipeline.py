@@ -221,6 +221,7 @@ def standin_argv(args: argparse.Namespace) -> list[str]:
         return [
             *("-m", "vlm_ocr_lab.standins.batching_engine", "--seqs", str(shape.seqs)),
             *("--intake-ms", str(shape.intake_ms), "--step-ms", str(shape.step_ms)),
+            *("--busy", str(shape.busy)),
         ]
     if args.instant_engine:
         return [

@@ -5,6 +5,9 @@ take or no room, decodes (STEP_MS); every running request gets a token a step an
 tokens its answer counts (its `max_tokens` when it ignores EOS). So pages of one length go
 through in waves, as on a GPU, with no GPU: the bench (`vlm-ocr-lab bench --batching-engine`)
 tells whether the worker keeps such an engine as busy as requests sent straight to it do.
+`BUSY` is the share of each step its thread spends on a CPU rather than waiting (vLLM's engine
+core launches a step's kernels from one thread), so the worker's own CPU work competes with it
+as it would on a host.
 
     python -m vlm_ocr_lab.standins.batching_engine --seqs 256 --intake-ms 55 --step-ms 17
 
@@ -35,10 +38,10 @@ class Sequence:
 class BatchingEngine(LoopbackHTTP):
     """The server and its engine loop, each on a thread of its own."""
 
-    def __init__(self, *, seqs: int, intake_s: float, step_s: float) -> None:
-        if seqs < 1 or intake_s < 0 or step_s <= 0:
-            raise ValueError("seqs >= 1, intake >= 0 and step > 0, please")
-        self.seqs, self.intake_s, self.step_s = seqs, intake_s, step_s
+    def __init__(self, *, seqs: int, intake_s: float, step_s: float, busy: float = 0.0) -> None:
+        if seqs < 1 or intake_s < 0 or step_s <= 0 or not 0 <= busy <= 1:
+            raise ValueError("seqs >= 1, intake >= 0, step > 0 and busy in [0, 1], please")
+        self.seqs, self.intake_s, self.step_s, self.busy = seqs, intake_s, step_s, busy
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
         self.stats: Counter[str] = Counter()
@@ -84,7 +87,7 @@ class BatchingEngine(LoopbackHTTP):
                 if self._closed:
                     return
                 taking = self.waiting.popleft() if self.waiting and self._room() else None
-            time.sleep(self.intake_s if taking else self.step_s)  # the GPU's step
+            self._step(self.intake_s if taking else self.step_s)
             with self._cond:
                 self.stats["intake steps" if taking else "decode steps"] += 1
                 if taking is not None:
@@ -98,6 +101,14 @@ class BatchingEngine(LoopbackHTTP):
 
     def _room(self) -> bool:
         return len(self.running) < self.seqs
+
+    def _step(self, seconds: float) -> None:
+        """One step: its busy share on the CPU (a thread that others' work can delay), the rest
+        waiting for the GPU."""
+        end = time.perf_counter() + seconds * self.busy
+        while time.perf_counter() < end:
+            pass
+        time.sleep(seconds * (1 - self.busy))
 
     def close(self) -> None:
         with self._cond:
@@ -113,9 +124,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seqs", type=int, default=256, help="requests run at once")
     parser.add_argument("--intake-ms", type=float, default=55.0, help="a step taking a page in")
     parser.add_argument("--step-ms", type=float, default=17.0, help="a decoding step")
+    parser.add_argument("--busy", type=float, default=0.0, help="a step's share on the CPU")
     args = parser.parse_args(argv)
     server = BatchingEngine(
-        seqs=args.seqs, intake_s=args.intake_ms / 1000, step_s=args.step_ms / 1000
+        seqs=args.seqs,
+        intake_s=args.intake_ms / 1000,
+        step_s=args.step_ms / 1000,
+        busy=args.busy,
     )
     print(server.url, flush=True)
     sys.stdin.read()  # until the parent closes our input (or ends us)

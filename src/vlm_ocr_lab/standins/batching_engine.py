@@ -18,7 +18,6 @@ prints its base URL on the first line of its output and serves until its input c
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import threading
 import time
@@ -50,18 +49,14 @@ class BatchingEngine(LoopbackHTTP):
         server = self
 
         class Handler(JsonHandler):
-            def do_GET(self) -> None:
-                if self.path == "/stats":
-                    with server._cond:
-                        self._send(json.dumps(dict(server.stats)).encode())
-                elif self.path in ("/health", "/version"):
-                    self._send(b'{"version": "batching"}')
-                else:
-                    self.send_error(404)
+            version = b'{"version": "batching"}'
+
+            def stats(self) -> dict[str, int]:
+                with server._cond:
+                    return dict(server.stats)
 
             def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                request = json.loads(self.rfile.read(length) or b"{}")
+                request = self.request_json()
                 server.serve(answer_tokens(request))
                 text = f"Page {image_digest(request)}: its text."
                 self._send(chat_answer(request, text))

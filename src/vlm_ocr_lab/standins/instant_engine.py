@@ -130,18 +130,14 @@ class InstantEngine(LoopbackHTTP):
         server = self
 
         class Handler(JsonHandler):
-            def do_GET(self) -> None:
-                if self.path == "/stats":
-                    with server._lock:
-                        self._send(json.dumps(dict(server.stats)).encode())
-                elif self.path in ("/health", "/version"):
-                    self._send(b'{"version": "instant"}')
-                else:
-                    self.send_error(404)
+            version = b'{"version": "instant"}'
+
+            def stats(self) -> dict[str, int]:
+                with server._lock:
+                    return dict(server.stats)
 
             def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                request = json.loads(self.rfile.read(length) or b"{}")
+                request = self.request_json()
                 answer = chat_answer(request, server.answer(request))
                 fault, slow = server.draw()
                 if fault:

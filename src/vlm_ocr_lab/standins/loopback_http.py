@@ -4,8 +4,10 @@ built on; `JsonHandler`, the engines' way of answering."""
 
 from __future__ import annotations
 
+import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 
 class LoopbackHTTP:
@@ -32,9 +34,26 @@ class LoopbackHTTP:
 
 
 class JsonHandler(BaseHTTPRequestHandler):
-    """A handler on HTTP/1.1 keep-alive that answers JSON and logs nothing."""
+    """A handler on HTTP/1.1 keep-alive that answers JSON and logs nothing: a stand-in engine's,
+    whose `GET /stats` says what it did (`stats`) and `/health` and `/version` its `version`."""
 
     protocol_version = "HTTP/1.1"
+    version = b'{"version": "stand-in"}'
+
+    def stats(self) -> dict[str, int]:
+        return {}
+
+    def do_GET(self) -> None:
+        if self.path == "/stats":
+            self._send(json.dumps(self.stats()).encode())
+        elif self.path in ("/health", "/version"):
+            self._send(self.version)
+        else:
+            self.send_error(404)
+
+    def request_json(self) -> dict[str, Any]:
+        length = int(self.headers.get("Content-Length") or 0)
+        return dict(json.loads(self.rfile.read(length) or b"{}"))
 
     def _send(self, body: bytes) -> None:
         self.send_response(200)

@@ -3,6 +3,7 @@ the model's last pace, each run's time, and what a call of a given budget runs a
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -432,6 +433,101 @@ def test_the_engines_step_rate_joins_the_gauges_where_the_sampler_read_vllms_cou
     )
     # two API servers each counted every step: the engine took half as many
     assert "engine steps/s 11.2 (11.2-11.5), " in gpu_check.gauges(metrics, api_servers=2)
+
+
+def _metrics_script():
+    """dev/gpu/metrics.py as a module (it runs on the GPU host by path, with the host's Python)."""
+    found = importlib.util.spec_from_file_location("gpu_metrics", ROOT / "dev/gpu/metrics.py")
+    assert found is not None and found.loader is not None
+    module = importlib.util.module_from_spec(found)
+    sys.modules[found.name] = module  # its dataclass looks its module up by name
+    found.loader.exec_module(module)
+    return module
+
+
+def test_the_sampler_tells_each_process_of_a_run_by_its_part() -> None:
+    m = _metrics_script()
+    table = [
+        m.Proc(1, 0, "bash dev/gpu/check.sh 1420 lighton-ocr", 0.0),
+        m.Proc(10, 1, "timeout -k 5 300 /tmp/acc/py-spy record --subprocesses --", 0.0),
+        m.Proc(11, 10, "/tmp/acc/py-spy record --subprocesses --idle --", 0.0),
+        m.Proc(12, 11, "/opt/venv/bin/python3 -m vlm_ocr_lab bench --output-tokens 800", 0.0),
+        m.Proc(13, 12, "/opt/venv/bin/python3 -c from multiprocessing.forkserver import main", 0.0),
+        m.Proc(14, 13, "/opt/venv/bin/python3 -c from multiprocessing.forkserver import main", 0.0),
+        m.Proc(20, 12, "/tmp/acc/vllm-python -m vllm.entrypoints.cli.main serve /m", 0.0),
+        m.Proc(21, 20, "VLLM::EngineCore", 0.0),
+        m.Proc(22, 20, "VLLM::APIServer_0", 0.0),
+        m.Proc(23, 20, "python3 -P -c from multiprocessing.forkserver import main; main(3)", 0.0),
+        m.Proc(24, 23, "VLLM::ApiServer_1", 0.0),
+        m.Proc(30, 1, "python3 dev/gpu/metrics.py 8765 10", 0.0),
+    ]
+    procs = {p.pid: p for p in table}
+    parts = {p.pid: m.part(p, procs) for p in table}
+    assert parts == {
+        1: None,
+        10: None,
+        11: None,
+        12: "worker",
+        13: "pool",
+        14: "pool",
+        20: "vllm",
+        21: "core",
+        22: "api",
+        23: "vllm",
+        24: "api",
+        30: None,
+    }
+
+
+def test_the_sampler_gives_each_part_its_share_of_a_cpu_since_the_last_sample() -> None:
+    m = _metrics_script()
+
+    def table(core: float, api: tuple[float, float], worker: float, pool: float) -> dict:
+        rows = [
+            m.Proc(12, 1, "python3 -m vlm_ocr_lab bench", worker),
+            m.Proc(13, 12, "python3 -c from multiprocessing.spawn import spawn_main", pool),
+            m.Proc(14, 12, "python3 -c from multiprocessing.spawn import spawn_main", pool),
+            m.Proc(20, 12, "python3 -m vllm.entrypoints.cli.main serve /m", 1.0),
+            m.Proc(21, 20, "VLLM::EngineCore", core),
+            m.Proc(22, 20, "VLLM::APIServer_0", api[0]),
+            m.Proc(23, 20, "VLLM::APIServer_1", api[1]),
+        ]
+        return {p.pid: p for p in rows}
+
+    before = table(100.0, (10.0, 10.0), 5.0, 2.0)
+    now = table(109.7, (14.1, 12.0), 6.2, 2.5)
+    assert m.cpu_shares(now, {}, 10.0) == ""  # the first sample has nothing to compare
+    assert m.cpu_shares(now, before, 10.0) == (
+        " cpu%: core=97 api=41,20 worker=12 pool=10/2 vllm=0/1"
+    )
+    # this machine's own table: the test's process is found, with its parent and its time
+    mine = m.processes()[os.getpid()]
+    assert mine.ppid == os.getppid() and mine.cpu_s > 0 and "python" in mine.argv.lower()
+
+
+def test_the_cpu_shares_join_the_gauges_over_the_busy_samples() -> None:
+    tail = " vllm_processes=5 open_files=300 limit=20000"
+    metrics = (
+        f"t=     0s running=0 waiting=0 kv=0%{tail}\n"
+        f"t=    10s running=0 waiting=0 kv=0%{tail} cpu%: core=30 api=2,1 worker=90 pool=800/16"
+        " vllm=1/1 gpu%=0\n"
+        f"t=    20s running=256 waiting=64 kv=20%{tail} prompt_tok/s=9000 output_tok/s=5800 "
+        "steps/s=22.5 tok/step=660 itl_ms=44.1 cpu%: core=99 api=96,94,90 worker=12 pool=40/16"
+        " vllm=1/1 gpu%=71\n"
+        f"t=    30s running=256 waiting=10 kv=24%{tail} prompt_tok/s=8000 output_tok/s=6000 "
+        "steps/s=23.0 tok/step=610 itl_ms=43.0 cpu%: core=97 api=88,80,79 worker=10 pool=0/16"
+        " vllm=1/1 gpu%=75\n"
+        f"t=    40s running=12 waiting=0 kv=2%{tail} cpu%: core=95 api=20,3,1 worker=9\n"
+    )
+    said = gpu_check.gauges(metrics)
+    assert said is not None
+    assert said.endswith(
+        "; CPU (per cent of one): the engine core 97 % (95-99 %), the busiest API server 88 % "
+        "(20-96 %), the worker 10 % (9-12 %), its render and CPU-model processes in all 0 % "
+        "(0-40 %), GPU busy 71 % (71-75 %)"
+    )
+    # a sampler from before these fields: the gauges as they were
+    assert "CPU" not in (gpu_check.gauges(metrics.replace(" cpu%:", " x:")) or "")
 
 
 def test_the_plan_of_a_call_on_the_host_knows_what_started_fresh_there(capsys) -> None:

@@ -340,12 +340,50 @@ _RATES = re.compile(
     r"running=(\d+) .*output_tok/s=(\d+) steps/s=([\d.]+) tok/step=(\d+) itl_ms=([\d.]+)"
 )
 
+# Each part's share of a CPU and the GPU's busy share, on the lines of samplers that read them
+_CPU = re.compile(r"running=(\d+) .*cpu%: ([^\n]*?)(?: gpu%=(\d+))?$", re.M)
+_CPU_PART = re.compile(r"(core|api|worker|pool|vllm)=([\d,]+)(?:/\d+)?")
+_CPU_NAMES = {
+    "core": "the engine core",
+    "api": "the busiest API server",
+    "worker": "the worker",
+    "pool": "its render and CPU-model processes in all",
+}
+
+
+def _median(values: list[float] | list[int], unit: str = "") -> str:
+    """The median, and the range where the values differ: `43 ms (43-44.1 ms)`."""
+    lo, mid, hi = min(values), statistics.median_low(values), max(values)
+    fmt = "{:g}".format
+    return fmt(mid) + unit + ("" if lo == hi else f" ({fmt(lo)}-{fmt(hi)}{unit})")
+
+
+def cpu_use(metrics: str) -> str | None:
+    """Each part's share of a CPU over the samples with requests, by its median, and the GPU's
+    busy share where nvidia-smi read it: an engine core near 100 % beside a GPU short of busy is
+    bound by its one thread; API servers near 100 % by their preprocessing."""
+    by_part: dict[str, list[int]] = {}
+    gpu: list[int] = []
+    for running, parts, busy in _CPU.findall(metrics):
+        if int(running) == 0:
+            continue
+        for name, shares in _CPU_PART.findall(parts):
+            if name in _CPU_NAMES:
+                by_part.setdefault(name, []).append(max(int(v) for v in shares.split(",")))
+        if busy:
+            gpu.append(int(busy))
+    said = [f"{_CPU_NAMES[n]} {_median(by_part[n], ' %')}" for n in _CPU_NAMES if n in by_part]
+    if gpu:
+        said.append(f"GPU busy {_median(gpu, ' %')}")
+    return "CPU (per cent of one): " + ", ".join(said) if said else None
+
 
 def gauges(metrics: str, api_servers: int = 1) -> str | None:
     """What vLLM's gauges showed while the engine had requests: each gauge's median and range
     over those samples (none: it never had any); then, where the sampler read vLLM's counters,
     the engine's output tokens a second, its steps a second and the mean time between two
-    tokens of a request, over the samples that had requests and steps.
+    tokens of a request, over the samples that had requests and steps; and where it read them,
+    each part's share of a CPU and the GPU's busy share (`cpu_use`).
 
     Each API server counts every engine step that brought its requests tokens (vLLM's iteration
     histogram is kept by the front ends), so the summed count is the engine's steps times the API
@@ -354,15 +392,9 @@ def gauges(metrics: str, api_servers: int = 1) -> str | None:
     busy = [tuple(map(int, m)) for m in _GAUGES.findall(metrics) if int(m[0]) > 0]
     if not busy:
         return None
-
-    def median(values: list[float] | list[int], unit: str = "") -> str:
-        lo, mid, hi = min(values), statistics.median_low(values), max(values)
-        fmt = "{:g}".format
-        return fmt(mid) + unit + ("" if lo == hi else f" ({fmt(lo)}-{fmt(hi)}{unit})")
-
     said = (
-        f"running {median([b[0] for b in busy])}, waiting {median([b[1] for b in busy])}, "
-        f"KV {median([b[2] for b in busy], ' %')}: medians over {len(busy)} samples with requests"
+        f"running {_median([b[0] for b in busy])}, waiting {_median([b[1] for b in busy])}, "
+        f"KV {_median([b[2] for b in busy], ' %')}: medians over {len(busy)} samples with requests"
     )
     rates = [
         (int(out), round(float(steps) / max(1, api_servers), 1), float(itl))
@@ -371,11 +403,12 @@ def gauges(metrics: str, api_servers: int = 1) -> str | None:
     ]
     if rates:
         said += (
-            f"; output tokens/s {median([r[0] for r in rates])}, engine steps/s "
-            f"{median([r[1] for r in rates])}, time between tokens "
-            f"{median([r[2] for r in rates], ' ms')} over {len(rates)} samples"
+            f"; output tokens/s {_median([r[0] for r in rates])}, engine steps/s "
+            f"{_median([r[1] for r in rates])}, time between tokens "
+            f"{_median([r[2] for r in rates], ' ms')} over {len(rates)} samples"
         )
-    return said
+    cpu = cpu_use(metrics)
+    return f"{said}; {cpu}" if cpu else said
 
 
 def add_gauges(metrics: Path, row_file: Path) -> str | None:

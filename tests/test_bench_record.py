@@ -24,6 +24,7 @@ def test_runs_are_appended_as_rows_and_read_back(capsys, monkeypatch, tmp_path: 
     monkeypatch.setenv("VLLM_EXTRA_ARGS", "--load-format dummy --enforce-eager")
     monkeypatch.setenv("MAX_NUM_BATCHED_TOKENS", "8192")
     monkeypatch.setenv("VLLM_PORT", "8765")  # where the server listens: no override
+    monkeypatch.setenv("VLLM_USE_FLASHINFER_SAMPLER", "0")  # the host's sampler, not the image's
     rec = ["--record", str(data), "--commit", "abc1234", "--model", "org/some-checkpoint"]
     ok = [*INSTANT, "--faults", "0", "--pages", "4", "--gpu-price", "3.99", *rec]
     assert cli.main([*ok, "--note", "first"]) == 0
@@ -48,6 +49,7 @@ def test_runs_are_appended_as_rows_and_read_back(capsys, monkeypatch, tmp_path: 
     assert first.extra["bench_settings"] == {
         "AUTO_ROTATE": "false",
         "VLLM_EXTRA_ARGS": "--load-format dummy",
+        "VLLM_USE_FLASHINFER_SAMPLER": "0",
     }
     assert first.start == "fresh" and first.engine_ready_s is not None and first.engine_ready_s > 0
     assert (first.pages, first.failed, first.failed_by_reason) == (4, 0, {})

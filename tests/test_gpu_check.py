@@ -220,6 +220,12 @@ def test_a_spec_names_the_workers_settings_for_its_run_alone() -> None:
     assert ordered.settings == {"DIRECT_FIRST": "1"}
     assert ordered.pages == gpu_check.step("olmocr", at_defaults).pages
     assert "row of 2026-12-01 at abc1234" in ordered.basis
+    # the image's top-p sampler in place of the host's: the check's own, handed to vLLM by env.sh
+    sampled = gpu_check.step("lighton-ocr,FLASHINFER_SAMPLER=1", [], "0.32")
+    values = dict(part.split("=", 1) for part in shlex.split(sampled.shell(5000)))
+    assert values["run_env"] == "FLASHINFER_SAMPLER=1"
+    env_sh = (ROOT / "dev/gpu/env.sh").read_text()
+    assert 'VLLM_USE_FLASHINFER_SAMPLER="${FLASHINFER_SAMPLER:-0}"' in env_sh
 
 
 def test_engines_sharing_the_gpu_are_planned_as_such() -> None:

@@ -10,9 +10,11 @@
 # path: vLLM 0.26's Pixtral code (LightOnOCR) imports a class transformers 5.17 renamed.
 # VLLM_USE_FLASHINFER_SAMPLER=0: FlashInfer's top-p kernel is compiled at its first use where
 # flashinfer-jit-cache is not installed (the bundle has not got it, the image's vLLM has), and a
-# failed compile kills the engine in its profiling run; so the host measures vLLM's Triton top-p.
+# failed compile kills the engine in its profiling run; so the host measures vLLM's Triton top-p
+# unless FLASHINFER_SAMPLER=1 (a GPU check's own variable: `lighton-ocr,FLASHINFER_SAMPLER=1`).
 # (With the 0.32 bundle the sampler bench compiled it; untried inside the engine. The two differ
-# by about 1.4 ms a step at 256 sequences: docs/models.md.)
+# by about 1.4 ms a step at 256 sequences, and the Triton filter compiles again for new batch
+# shapes in a fresh engine's first busy minute: docs/models.md.)
 # The compile caches go to /runpod-volume, as on a RunPod endpoint with a network volume, so
 # they are keyed and published as the worker does there.
 A=/tmp/acc
@@ -78,6 +80,6 @@ case " ${VLLM_EXTRA_ARGS:-} " in
   *) VLLM_EXTRA_ARGS="${VLLM_EXTRA_ARGS:+$VLLM_EXTRA_ARGS }--load-format dummy" ;;
 esac
 export PYTHONPATH=$A/wsite:$PWD/src ENGINE=vllm VLLM_PYTHON=$A/vllm-python HF_HUB_OFFLINE=1 \
-  VLLM_EXTRA_ARGS VLLM_USE_FLASHINFER_SAMPLER=0 \
+  VLLM_EXTRA_ARGS VLLM_USE_FLASHINFER_SAMPLER="${FLASHINFER_SAMPLER:-0}" \
   AUTO_ROTATE=false PYTHONUNBUFFERED=1
 [ -n "${CACHE_DIR:-}" ] || unset VLLM_CACHE_ROOT

@@ -166,8 +166,10 @@ _SETTINGS = {env_name(name) for name in Settings.GROUP_OF}
 # ENGINES_ON_GPU: that many benches whose engines share the GPU, their passes run at once
 # (is a second engine core worth half the memory?), their rows kept apart from the data's.
 # DIRECT_FIRST=1: the direct path before the worker's pass (is the worker's gap the engine's
-# first busy minute after its start?).
-_CHECK_OWN = {"PYSPY_HZ", "ENGINES_ON_GPU", "DIRECT_FIRST"}
+# first busy minute after its start?). FLASHINFER_SAMPLER=1: vLLM's FlashInfer top-p sampler, as
+# in the image, in place of the Triton filter the host runs otherwise (dev/gpu/env.sh; the row's
+# `bench_settings` say which ran).
+_CHECK_OWN = {"PYSPY_HZ", "ENGINES_ON_GPU", "DIRECT_FIRST", "FLASHINFER_SAMPLER"}
 
 
 def _pairs(env: dict[str, str]) -> list[str]:

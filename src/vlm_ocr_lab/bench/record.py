@@ -47,6 +47,10 @@ NOT_OVERRIDES = frozenset(
 # no orientation model for the bench's upright pages. Kept in the row's `bench_settings`, apart
 # from the overrides, so a run at the family's defaults reads as one.
 BENCH_OWN = {"auto_rotate": "false", "vllm_extra_args": "--load-format dummy"}
+# vLLM's own variables that change what a run measures and that the host sets otherwise than the
+# image does, kept in `bench_settings` as they were: the host samples with vLLM's Triton top-p
+# filter (`dev/gpu/env.sh`), the image with FlashInfer's.
+ENGINE_OWN = ("VLLM_USE_FLASHINFER_SAMPLER",)
 _VERSIONS = (
     "import importlib.metadata as m\n"
     "for p in ('vllm', 'transformers'):\n"
@@ -57,7 +61,8 @@ _VERSIONS = (
 
 def overrides(environ: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str]]:
     """The worker's settings the environment sets to other than their defaults, by their
-    environment names as the environment spelled them, and the bench's own settings apart."""
+    environment names as the environment spelled them, and the bench's own settings apart (with
+    the engine's variables of `ENGINE_OWN` the environment sets)."""
     given = {k.lower(): v for k, v in environ.items() if v != ""}
     ran, default = Settings.from_env(environ), Settings()
     changed, bench = {}, {}
@@ -74,6 +79,7 @@ def overrides(environ: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str
                 continue
             if spelled:
                 changed[name.upper()] = spelled
+    bench |= {name: environ[name] for name in ENGINE_OWN if environ.get(name, "") != ""}
     return changed, bench
 
 

@@ -4,7 +4,7 @@ a user types it, against the instant engine."""
 
 from __future__ import annotations
 
-from vlm_ocr_lab import cli
+from vlm_ocr_lab import cli, measured
 
 INSTANT = ["bench", "--instant-engine", "--slow", "0", "--jobs", "1", "--pages", "3"]
 
@@ -30,3 +30,19 @@ def test_by_default_it_runs_after_the_passes(capsys) -> None:
     assert code == 0
     assert lines[0].startswith("progress, worker pass 1: ")
     assert lines[-1].startswith("direct to server: pages/s: ")
+
+
+def test_a_row_of_a_run_with_the_direct_path_first_is_off_the_defaults(capsys, tmp_path) -> None:
+    data = tmp_path / "gpu.jsonl"
+    rec = ["--record", str(data), "--commit", "abc1234", "--progress", "0"]
+    assert cli.main([*INSTANT, "--direct-first", *rec]) == 0
+    assert cli.main([*INSTANT, "--direct", *rec]) == 0
+    capsys.readouterr()
+    first, after = measured.runs(data)
+    # neither of its paces compares with a run at the defaults: its direct path had the engine's
+    # first busy minute, so the tables of figures at the defaults leave it out and say why
+    assert first.extra["direct_first"] is True
+    assert first.off_defaults == {"DIRECT_FIRST": "1"} and not first.at_defaults
+    assert "direct_first" not in after.extra and after.at_defaults
+    assert measured.latest(after.family, rows=[first, after]) is after
+    assert measured.latest(after.family, rows=[after, first]) is after

@@ -236,6 +236,8 @@ def _details(run: Any, facts: dict[str, Any], args: Any, bench: dict[str, str]) 
         out["direct_failed_by_reason"] = dict(direct["failures"])
     if "skipped" in direct:
         out["direct_skipped"] = direct["skipped"]
+    if direct.get("first"):  # the direct path took the engine's first busy minute, not the worker
+        out["direct_first"] = True
     return {k: v for k, v in out.items() if v not in (None, {}, "")}
 
 

@@ -340,6 +340,15 @@ def test_a_detached_check_runs_from_its_own_copy_and_its_files_are_collected(tmp
     assert {p.name for p in out.iterdir()} == {"check.log", "gpu-rows.jsonl", "summary.txt"}
     assert "plan for a call" in (out / "check.log").read_text()
     assert detached("wait").returncode == 2
+    # a check still running: a run's archive packed since the last collect ends the wait at once
+    # (the host may be taken back before WAIT_S), and the next collect waits for the next one
+    (acc / "detached" / "summary.txt").write_text("olmocr: 512 pages, about 173 s\n")
+    (acc / "detached" / "check-k1.tgz").write_bytes(b"run 1")
+    early = detached("collect", "600")  # returns long before its 600 s (the call's limit: 180)
+    assert early.returncode == 0, early.stderr
+    assert (out / "check-k1.tgz").read_bytes() == b"run 1"
+    waited = detached("collect", "2")  # nothing new: the whole WAIT_S, then the files so far
+    assert waited.returncode == 0 and waited.stdout == "olmocr: 512 pages, about 173 s\n"
 
 
 def test_a_detached_check_is_refused_where_the_bundle_is_not_unpacked(tmp_path) -> None:

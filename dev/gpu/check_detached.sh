@@ -9,9 +9,12 @@
 #     under a running check, starts the check there apart from the call, its files going to
 #     /tmp/acc/detached, and prints its plan:
 #       COMMIT=<hash> VLLM=0.32 LABEL=k1 bash dev/gpu/check_detached.sh start BUDGET_S TARGET...
-#   collect: waits up to WAIT_S for the check to end, then copies its files so far to $OUT
-#     (they come back with the call) and prints its summary; call it again until it says done:
+#   collect: waits up to WAIT_S for the check to end or to pack a run's files it has not yet
+#     brought back, then copies its files so far to $OUT (they come back with the call) and
+#     prints its summary; call it again until it says done:
 #       bash dev/gpu/check_detached.sh collect WAIT_S
+#     (A host can be taken back between calls: each run's files come back with the first call
+#     after it ends, never a whole WAIT_S later.)
 set -u
 A=${ACC:-/tmp/acc}
 away=$A/detached
@@ -37,6 +40,7 @@ case "${1:-}" in
     if [ -d .gpu-bundle/vllm-cache-seed ]; then
       mkdir -p "$A/tree/.gpu-bundle" && cp -r .gpu-bundle/vllm-cache-seed "$A/tree/.gpu-bundle/"
     fi
+    touch "$away/.collected"  # what collect brought back last: nothing yet
     (cd "$A/tree" && OUT=$away setsid nohup bash dev/gpu/check.sh "$@" \
       > "$away/check.log" 2>&1 < /dev/null &)
     # the plan is the check's first output, once the bundle is unpacked and compiled
@@ -55,8 +59,11 @@ case "${1:-}" in
     fi
     for _ in $(seq "$wait_s"); do
       grep -q '^check .*: done in' "$away/summary.txt" 2> /dev/null && break
+      # the check packs its logs after each run: one newer than the last collect ends the wait
+      [ -n "$(find "$away" -maxdepth 1 -name '*.tgz' -newer "$away/.collected")" ] && break
       sleep 1
     done
+    touch "$away/.collected"  # before the copy: a run packed meanwhile ends the next wait
     find "$away" -maxdepth 1 -type f ! -name '.*' -exec cp {} "$out/" \;
     cat "$away/summary.txt" 2> /dev/null || tail -5 "$away/check.log"
     ;;

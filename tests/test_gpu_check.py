@@ -462,36 +462,25 @@ def _metrics_script():
 
 def test_the_sampler_tells_each_process_of_a_run_by_its_part() -> None:
     m = _metrics_script()
+    py = "/opt/venv/bin/python3"
+    forkserver = "-c from multiprocessing.forkserver import main"
+    # (pid, parent, command line, its part): a check's run as `ps` shows it on the host
     table = [
-        m.Proc(1, 0, "bash dev/gpu/check.sh 1420 lighton-ocr", 0.0),
-        m.Proc(10, 1, "timeout -k 5 300 /tmp/acc/py-spy record --subprocesses --", 0.0),
-        m.Proc(11, 10, "/tmp/acc/py-spy record --subprocesses --idle --", 0.0),
-        m.Proc(12, 11, "/opt/venv/bin/python3 -m vlm_ocr_lab bench --output-tokens 800", 0.0),
-        m.Proc(13, 12, "/opt/venv/bin/python3 -c from multiprocessing.forkserver import main", 0.0),
-        m.Proc(14, 13, "/opt/venv/bin/python3 -c from multiprocessing.forkserver import main", 0.0),
-        m.Proc(20, 12, "/tmp/acc/vllm-python -m vllm.entrypoints.cli.main serve /m", 0.0),
-        m.Proc(21, 20, "VLLM::EngineCore", 0.0),
-        m.Proc(22, 20, "VLLM::APIServer_0", 0.0),
-        m.Proc(23, 20, "python3 -P -c from multiprocessing.forkserver import main; main(3)", 0.0),
-        m.Proc(24, 23, "VLLM::ApiServer_1", 0.0),
-        m.Proc(30, 1, "python3 dev/gpu/metrics.py 8765 10", 0.0),
+        (1, 0, "bash dev/gpu/check.sh 1420 lighton-ocr", None),
+        (10, 1, "timeout -k 5 300 /tmp/acc/py-spy record --subprocesses --", None),
+        (11, 10, "/tmp/acc/py-spy record --subprocesses --idle --", None),
+        (12, 11, f"{py} -m vlm_ocr_lab bench --output-tokens 800", "worker"),
+        (13, 12, f"{py} {forkserver}", "pool"),  # the render pool's fork server
+        (14, 13, f"{py} {forkserver}", "pool"),  # a render process
+        (20, 12, "/tmp/acc/vllm-python -m vllm.entrypoints.cli.main serve /m", "vllm"),
+        (21, 20, "VLLM::EngineCore", "core"),
+        (22, 20, "VLLM::APIServer_0", "api"),
+        (23, 20, f"python3 -P {forkserver}; main(3)", "vllm"),  # vLLM's own fork server
+        (24, 23, "VLLM::ApiServer_1", "api"),
+        (30, 1, "python3 dev/gpu/metrics.py 8765 10", None),  # the sampler itself
     ]
-    procs = {p.pid: p for p in table}
-    parts = {p.pid: m.part(p, procs) for p in table}
-    assert parts == {
-        1: None,
-        10: None,
-        11: None,
-        12: "worker",
-        13: "pool",
-        14: "pool",
-        20: "vllm",
-        21: "core",
-        22: "api",
-        23: "vllm",
-        24: "api",
-        30: None,
-    }
+    procs = {pid: m.Proc(pid, parent, argv, 0.0) for pid, parent, argv, _ in table}
+    assert {pid: m.part(procs[pid], procs) for pid in procs} == {t[0]: t[3] for t in table}
 
 
 def test_the_sampler_gives_each_part_its_share_of_a_cpu_since_the_last_sample() -> None:

@@ -112,6 +112,39 @@ def test_a_run_off_the_defaults_is_sized_from_rows_at_its_settings_where_there_a
     assert unseen.start_s == pytest.approx(52.1 * gpu_check.START_MARGIN)
 
 
+def test_a_start_mode_its_model_never_started_in_is_scaled_as_the_others_were() -> None:
+    rows = [
+        # olmOCR started in both modes: at `fast` in 0.4 of the time (its own mode is `fast`)
+        run(engine_ready_s=40.0, pages_per_s=11.0),
+        compiled(engine_ready_s=100.0, pages_per_s=10.0),
+        # the 4B only at its own `throughput`
+        run(
+            TARGETS["lighton-ocr-3-4b"].checkpoint,
+            family="lighton-ocr-3",
+            engine_ready_s=120.0,
+            pages_per_s=6.5,
+            start_mode="throughput",
+        ),
+    ]
+    assert gpu_check.fast_share(rows) == pytest.approx(0.4)
+    fast = gpu_check.step("lighton-ocr-3-4b,START_MODE=fast", rows)
+    assert fast.start_s == pytest.approx(120.0 * 0.4 * gpu_check.START_MARGIN)
+    assert "times 0.40 (fast)" in fast.basis
+    # a row in the asked mode itself wins, and the family's own mode is never scaled
+    assert gpu_check.step("olmocr,START_MODE=throughput", rows).start_s == pytest.approx(
+        100.0 * gpu_check.START_MARGIN
+    )
+    assert gpu_check.step("lighton-ocr-3-4b", rows).start_s == pytest.approx(
+        120.0 * gpu_check.START_MARGIN
+    )
+    # no model with both: the row as it is
+    lone = [r for r in rows if r.model != OLMOCR]
+    assert gpu_check.fast_share(lone) is None
+    assert gpu_check.step("lighton-ocr-3-4b,START_MODE=fast", lone).start_s == pytest.approx(
+        120.0 * gpu_check.START_MARGIN
+    )
+
+
 def test_a_warm_run_is_the_start_alone() -> None:
     rows = [run(engine_ready_s=169.5, pages_per_s=9.27), run(engine_ready_s=73.4, start="warm")]
     warm = gpu_check.step("olmocr:warm", rows)

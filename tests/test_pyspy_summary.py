@@ -93,6 +93,9 @@ def test_each_process_its_part_timeline_and_imports(tmp_path: Path) -> None:
     assert "<module> (torch/__init__.py:1)" in " ".join(steps[0])
     assert "<module> (vllm/__init__.py:1) | SourceLoader.source_to_code" in " ".join(steps[2])
     assert "monitor_engine_liveness (vllm/v1/engine/utils.py:356) | select" in launcher
+    # its thread blocked in the selector half the run; the engine core never waited
+    assert "  thread MainThread: 6.0 s, waiting 50 %\n" in launcher
+    assert "  thread MainThread: 2.5 s, waiting 0 %\n" in core
     # inclusive seconds by module, from the site folder's path
     imports = launcher.split("imports, inclusive (s):")[1].split("functions")[0]
     assert [line.split() for line in imports.strip().splitlines()] == [
@@ -114,3 +117,19 @@ def test_a_window_of_the_run(tmp_path: Path) -> None:
     out = summary(run, "--from", "3", "--to", "6").split("=== pid 11")[0]
     assert "torch" not in out.split("timeline")[1]  # only the wait is in the window
     assert "3.0  monitor_engine_liveness" in out
+    assert "waiting 100 %" in out  # the window's samples are all the wait
+
+
+def test_a_thread_waiting_for_the_gpu_is_told_apart(tmp_path: Path) -> None:
+    frames = [
+        frame('process 20:"VLLM::EngineCore"'),
+        frame("Worker.execute_model", f"{SITE}/vllm/v1/worker/gpu_worker.py", 1328),
+        frame("Event.synchronize", f"{SITE}/torch/cuda/streams.py", 254),
+        frame("Condition.wait", "/usr/lib/python3.12/threading.py", 355),
+    ]
+    # a step's work 6 samples, the GPU's queue 3, waiting for requests 1
+    samples = [[0, 1]] * 6 + [[0, 1, 2]] * 3 + [[0, 3]]
+    doc = {"profiles": [profile(20, "MainThread", samples)], "shared": {"frames": frames}}
+    run = tmp_path / "core-pyspy.json"
+    run.write_text(json.dumps(doc))
+    assert "  thread MainThread: 1.0 s, waiting 40 % (on the GPU 30 %)\n" in summary(run)

@@ -5,9 +5,13 @@ PYSPY_HZ: `py-spy record --subprocesses --idle --format speedscope`, samples in 
         [--from S] [--to S]
 
 For each process (its role told from its command line or vLLM's title) and each thread with
-samples: seconds sampled; for the main thread, a timeline (every --every seconds, the most
-sampled frame of vLLM, the worker or an imported module's top level, and the leaf under it), the
-modules whose import took longest (inclusive) and the functions with the most inclusive time.
+samples: seconds sampled, and the share of them in the window spent blocked (`waiting`: the leaf a
+call that waits for work, a lock, a pipe, a socket or the GPU; `on the GPU`: of those, in CUDA's
+synchronize, the thread waiting for the GPU's queue to drain; a wait inside another call, as a copy
+to the GPU that waits for the queue, counts as work); for the main thread, a timeline (every
+--every seconds, the most sampled frame of vLLM, the worker or an imported module's top level, and
+the leaf under it), the modules whose import took longest (inclusive) and the functions with the
+most inclusive time.
 Time is sample count over the rate (py-spy samples without stopping the process, so a thread's
 n-th sample is close to n/rate seconds after py-spy found it); --from/--to cut a thread's window.
 """
@@ -25,6 +29,14 @@ _ROOT = re.compile(r'process (\d+):"(.*)"', re.S)
 # where a frame's file is, shortened to the package path
 _SITE = re.compile(r".*/(?:site-packages|site\d*|dist-packages|src)/|.*/lib/python3\.\d+/")
 _OURS = ("vllm/", "vlm_ocr", "transformers/", "torch/", "flashinfer/", "triton/")
+# Leaves where a thread blocks (py-spy's --idle samples end at the Python frame around the wait):
+# a pool's worker on its queue, a pipe's read, a selector or poller, an event loop's run in native
+# code, a condition, a lock, a sleep; CUDA's synchronize is the wait for the GPU
+_WAITS = re.compile(
+    r"^(\w+\.)?(_worker|_?recv(_bytes|_multipart)?|select|poll|run_forever|(_?wait\w*)|sleep"
+    r"|get|accept|synchronize)$|^Runner\.run$"
+)
+_GPU_WAITS = re.compile(r"^((Event|Stream)\.)?synchronize$")
 
 
 def role(cmdline: str) -> str:
@@ -106,14 +118,26 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             m = _PROFILE.match(prof["name"])
             name = m.group(3) if m else prof["name"]
-            print(f"  thread {name or m.group(2) if m else ''}: {n / args.hz:.1f} s")
-            if name != "MainThread" and prof is not profs[0]:
-                continue
             window = [
                 s for k, s in enumerate(prof["samples"]) if args.start <= k / args.hz < args.end
             ]
+            shown = name or m.group(2) if m else ""
+            print(f"  thread {shown}: {n / args.hz:.1f} s{waits(window, frames)}")
+            if name != "MainThread" and prof is not profs[0]:
+                continue
             describe(window, frames, args, offset=args.start)
     return 0
+
+
+def waits(samples: list[list[int]], frames: list[dict]) -> str:
+    """`, waiting 80 % (on the GPU 12 %)` of the samples in the window, by their leaf frame."""
+    leaves = [frames[s[-1]]["name"] for s in samples if s]
+    if not leaves:
+        return ""
+    blocked = sum(1 for leaf in leaves if _WAITS.match(leaf))
+    gpu = sum(1 for leaf in leaves if _GPU_WAITS.match(leaf))
+    said = f", waiting {100 * blocked // len(leaves)} %"
+    return said + (f" (on the GPU {100 * gpu // len(leaves)} %)" if gpu else "")
 
 
 def describe(samples: list[list[int]], frames: list[dict], args, offset: float) -> None:

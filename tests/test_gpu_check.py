@@ -259,6 +259,12 @@ def test_a_spec_names_the_workers_settings_for_its_run_alone() -> None:
     assert values["run_env"] == "FLASHINFER_SAMPLER=1"
     env_sh = (ROOT / "dev/gpu/env.sh").read_text()
     assert 'VLLM_USE_FLASHINFER_SAMPLER="${FLASHINFER_SAMPLER:-0}"' in env_sh
+    # a pass of the pages asked for (whole waves, say), sized as before otherwise
+    waves = gpu_check.step("olmocr,PAGES=512", at_defaults)
+    assert waves.pages == 512 and waves.passes_s == pytest.approx(512 / 10.0 * 2)
+    for odd in ("PAGES=0", "PAGES=257", "PAGES=4096", "PAGES=lots"):
+        with pytest.raises(ValueError, match="PAGES is an even number"):
+            gpu_check.step(f"olmocr,{odd}", at_defaults)
 
 
 def test_engines_sharing_the_gpu_are_planned_as_such() -> None:

@@ -168,8 +168,9 @@ _SETTINGS = {env_name(name) for name in Settings.GROUP_OF}
 # DIRECT_FIRST=1: the direct path before the worker's pass (is the worker's gap the engine's
 # first busy minute after its start?). FLASHINFER_SAMPLER=1: vLLM's FlashInfer top-p sampler, as
 # in the image, in place of the Triton filter the host runs otherwise (dev/gpu/env.sh; the row's
-# `bench_settings` say which ran).
-_CHECK_OWN = {"PYSPY_HZ", "ENGINES_ON_GPU", "DIRECT_FIRST", "FLASHINFER_SAMPLER"}
+# `bench_settings` say which ran). PAGES=N: the pages of its passes, in place of `pages_for`'s
+# (a pass of whole waves against one with a tail: `chandra,PAGES=512`).
+_CHECK_OWN = {"PYSPY_HZ", "ENGINES_ON_GPU", "DIRECT_FIRST", "FLASHINFER_SAMPLER", "PAGES"}
 
 
 def _pairs(env: dict[str, str]) -> list[str]:
@@ -198,6 +199,12 @@ def parse_spec(spec: str) -> tuple[Target, measured.Start, dict[str, str]]:
     engines = settings.get("ENGINES_ON_GPU", "1")
     if not (engines.isdigit() and 1 <= int(engines) <= 4):
         raise ValueError(f"{spec!r}: ENGINES_ON_GPU is 1 to 4, not {engines!r}")
+    pages = settings.get("PAGES", str(PAGE_STEP))
+    if not (pages.isdigit() and int(pages) % 2 == 0 and PAGE_STEP <= int(pages) <= MAX_PAGES):
+        raise ValueError(
+            f"{spec!r}: PAGES is an even number of pages (two jobs of equal halves) from "
+            f"{PAGE_STEP} to {MAX_PAGES}, not {pages!r}"
+        )
     return TARGETS[name], "warm" if kind == "warm" else "fresh", settings
 
 
@@ -262,7 +269,7 @@ def step(spec: str, rows: list[measured.Run], vllm: str = "") -> Step:
     direct = paced.direct_pages_per_s if paced and paced.direct_pages_per_s else worker
     # a spec's MAX_NUM_SEQS is what the engine's waves are made of (0: the H200's default)
     seqs = int(settings.get("MAX_NUM_SEQS") or 0) or None
-    pages = pages_for(max(worker, direct), seqs)
+    pages = int(settings.get("PAGES") or 0) or pages_for(max(worker, direct), seqs)
     basis = f"start: {start_basis}; pace: {_basis(paced)}"
     passes_s = pages / worker + pages / direct
     return Step(target, start, pages, fresh_s * START_MARGIN, passes_s, basis, env, settings)

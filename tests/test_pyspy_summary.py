@@ -133,3 +133,27 @@ def test_a_thread_waiting_for_the_gpu_is_told_apart(tmp_path: Path) -> None:
     run = tmp_path / "core-pyspy.json"
     run.write_text(json.dumps(doc))
     assert "  thread MainThread: 1.0 s, waiting 40 % (on the GPU 30 %)\n" in summary(run)
+
+
+def test_the_triton_compiles_of_a_thread_are_listed_by_burst(tmp_path: Path) -> None:
+    frames = [
+        frame('process 20:"VLLM::EngineCore"'),
+        frame("Worker.execute_model", f"{SITE}/vllm/v1/worker/gpu_worker.py", 1328),
+        frame("apply_top_k_top_p", f"{SITE}/vllm/v1/sample/ops/topk_topp_sampler.py", 467),
+        frame("VllmTritonJitKernel.launch", f"{SITE}/vllm/model_executor/warmup/jit.py", 330),
+        frame("JITFunction.run", f"{SITE}/triton/runtime/jit.py", 739),
+        frame("JITFunction._do_compile", f"{SITE}/triton/runtime/jit.py", 884),
+    ]
+    step = [0, 1]
+    compiling = [0, 1, 2, 3, 4, 5]
+    # two bursts: 0.3 s, then steps, then 0.2 s (a gap of one sample inside it is the same burst)
+    samples = [compiling] * 3 + [step] * 4 + [compiling, step, compiling] + [step] * 2
+    doc = {"profiles": [profile(20, "MainThread", samples)], "shared": {"frames": frames}}
+    run = tmp_path / "core-pyspy.json"
+    run.write_text(json.dumps(doc))
+    out = summary(run, "--compiles")
+    assert "    Triton compiles: 2 bursts, 0.6 s\n" in out
+    caller = "apply_top_k_top_p (vllm/v1/sample/ops/topk_topp_sampler.py:467)"
+    assert f"        0.0-0.2 s   0.3 s  {caller}\n" in out
+    assert f"        0.7-0.9 s   0.3 s  {caller}\n" in out
+    assert "Triton compiles" not in summary(run)  # only when asked

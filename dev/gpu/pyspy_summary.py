@@ -2,7 +2,7 @@
 PYSPY_HZ: `py-spy record --subprocesses --idle --format speedscope`, samples in order).
 
     python3 dev/gpu/pyspy_summary.py RUN-pyspy.json [--hz 20] [--every 2] [--top 25]
-        [--from S] [--to S]
+        [--from S] [--to S] [--compiles]
 
 For each process (its role told from its command line or vLLM's title) and each thread with
 samples: seconds sampled, and the share of them in the window spent blocked (`waiting`: the leaf a
@@ -84,6 +84,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--from", dest="start", type=float, default=0.0)
     p.add_argument("--to", dest="end", type=float, default=float("inf"))
     p.add_argument("--min-s", type=float, default=0.5, help="leave out threads sampled less")
+    p.add_argument(
+        "--compiles",
+        action="store_true",
+        help="each thread's Triton compiles in the window: a line a burst, the kernel's caller",
+    )
     args = p.parse_args(argv)
     with open(args.profile) as f:
         data = json.load(f)
@@ -123,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
             ]
             shown = name or m.group(2) if m else ""
             print(f"  thread {shown}: {n / args.hz:.1f} s{waits(window, frames)}")
+            if args.compiles:
+                compiles(window, frames, args.hz, offset=args.start)
             if name != "MainThread" and prof is not profs[0]:
                 continue
             describe(window, frames, args, offset=args.start)
@@ -138,6 +145,42 @@ def waits(samples: list[list[int]], frames: list[dict]) -> str:
     gpu = sum(1 for leaf in leaves if _GPU_WAITS.match(leaf))
     said = f", waiting {100 * blocked // len(leaves)} %"
     return said + (f" (on the GPU {100 * gpu // len(leaves)} %)" if gpu else "")
+
+
+def compiles(samples: list[list[int]], frames: list[dict], hz: float, offset: float) -> None:
+    """The window's Triton compiles (`JITFunction._do_compile` in the stack): a line a burst of
+    samples at most two apart, its time and the frame that called the kernel being compiled."""
+    bursts: list[list[int]] = []  # [first sample, last sample]
+    callers: list[collections.Counter] = []
+    for k, sample in enumerate(samples):
+        names = [frames[i]["name"] for i in sample]
+        if "JITFunction._do_compile" not in names:
+            continue
+        if not bursts or k - bursts[-1][1] > 2:
+            bursts.append([k, k])
+            callers.append(collections.Counter())
+        bursts[-1][1] = k
+        callers[-1][_kernel_caller(sample, frames)] += 1
+    if not bursts:
+        return
+    total = sum(b - a + 1 for a, b in bursts) / hz
+    print(f"    Triton compiles: {len(bursts)} bursts, {total:.1f} s")
+    for (a, b), caller in zip(bursts, callers, strict=True):
+        when = f"{offset + a / hz:7.1f}-{offset + b / hz:.1f} s"
+        print(f"      {when}  {(b - a + 1) / hz:4.1f} s  {caller.most_common(1)[0][0]}")
+
+
+def _kernel_caller(sample: list[int], frames: list[dict]) -> str:
+    """The deepest frame of vLLM's own code above Triton's (its launch wrappers aside): the
+    function whose kernel is being compiled."""
+    found = "?"
+    for i in sample:
+        path = frames[i].get("file") or ""
+        if "/triton/" in path:
+            break
+        if "vllm/" in path and "/warmup/" not in path:
+            found = short(frames[i])
+    return found
 
 
 def describe(samples: list[list[int]], frames: list[dict], args, offset: float) -> None:

@@ -68,27 +68,6 @@ def rates(now: dict[str, float], before: dict[str, float], seconds: float) -> st
     )
 
 
-def open_files() -> tuple[int, int, int | None]:
-    """(processes of vLLM, their open files, the lowest open-file limit among them)."""
-    count = files = 0
-    limit = None
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            # vLLM's API servers and engine cores rename themselves (VLLM::APIServer_0, ...)
-            if b"vllm" not in Path(f"/proc/{pid}/cmdline").read_bytes().lower():
-                continue
-            files += len(os.listdir(f"/proc/{pid}/fd"))
-            soft = re.search(r"Max open files\s+(\d+)", Path(f"/proc/{pid}/limits").read_text())
-        except OSError:
-            continue
-        count += 1
-        if soft:
-            limit = min(limit or 1 << 62, int(soft.group(1)))
-    return count, files, limit
-
-
 @dataclass(frozen=True)
 class Proc:
     pid: int
@@ -120,6 +99,26 @@ def processes() -> dict[int, Proc]:
             int(pid), int(fields[1]), argv.strip(), (int(fields[11]) + int(fields[12])) / tick
         )
     return found
+
+
+def open_files(procs: dict[int, Proc]) -> tuple[int, int, int | None]:
+    """(processes of vLLM, their open files, the lowest open-file limit among them), of the
+    process table `processes` read."""
+    count = files = 0
+    limit = None
+    for pid, proc in procs.items():
+        # vLLM's API servers and engine cores rename themselves (VLLM::APIServer_0, ...)
+        if "vllm" not in proc.argv.lower():
+            continue
+        try:
+            files += len(os.listdir(f"/proc/{pid}/fd"))
+            soft = re.search(r"Max open files\s+(\d+)", Path(f"/proc/{pid}/limits").read_text())
+        except OSError:
+            continue
+        count += 1
+        if soft:
+            limit = min(limit or 1 << 62, int(soft.group(1)))
+    return count, files, limit
 
 
 def part(proc: Proc, procs: dict[int, Proc]) -> str | None:
@@ -199,8 +198,8 @@ def main() -> None:
     while True:
         g = gauges(port)
         now = time.time()
-        procs, files, limit = open_files()
-        running = processes()
+        running = processes()  # read once a sample: its open files and its CPU shares
+        procs, files, limit = open_files(running)
         cpu = cpu_shares(running, procs_before, now - t_procs)
         procs_before, t_procs = running, now
         if g or procs:

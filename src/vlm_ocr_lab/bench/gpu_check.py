@@ -254,10 +254,12 @@ def step(spec: str, rows: list[measured.Run], vllm: str = "") -> Step:
     # a start mode its model has not started in yet: the other mode's start, scaled as the
     # models that started in both did (a skip for a start guessed three times too long wastes
     # the end of a lease)
-    mode, share = settings.get("START_MODE"), fast_share(rows, vllm)
-    if fresh and mode in ("fast", "throughput") and fresh.start_mode != mode and share:
-        fresh_s *= share if mode == "fast" else 1 / share
-        start_basis += f", times {share if mode == 'fast' else 1 / share:.2f} ({mode})"
+    mode = settings.get("START_MODE")
+    other = fresh is not None and mode in ("fast", "throughput") and fresh.start_mode != mode
+    if other and (share := fast_share(rows, vllm)):
+        factor = share if mode == "fast" else 1 / share
+        fresh_s *= factor
+        start_basis += f", times {factor:.2f} ({mode})"
     if start == "warm":
         warm = _last(mine, "engine_ready_s", "warm")
         # a second start never seen: half the fresh one (olmOCR's was 43 %, Chandra's 33 %)

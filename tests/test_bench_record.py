@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -174,3 +175,11 @@ def test_the_gpu_is_named_without_its_memory() -> None:
         "NVIDIA H200"
     )
     assert record.gpu_name({}) == "none"
+
+
+def test_a_row_names_the_sampler_the_engine_chose() -> None:
+    run = SimpleNamespace(figures={}, start_error=None)
+    args = SimpleNamespace(output_tokens=800, jobs=1, time_limit=0)
+    details = record._details(run, {"sampler": "FlashInfer"}, args, {})
+    assert details["sampler"] == "FlashInfer"
+    assert "sampler" not in record._details(run, {}, args, {})

@@ -534,6 +534,27 @@ def test_the_engine_facts_name_the_gemm_kernel_of_the_weights() -> None:
     assert facts_in(attention) == {"attention_backend": "FLASH_ATTN"}
 
 
+def test_the_engine_facts_name_the_sampler() -> None:
+    # vLLM 0.32's and 0.33's words: FlashInfer's sampler, or vLLM's own and why.
+    line = "INFO [topk_topp_sampler.py:149] Using FlashInfer for top-p & top-k sampling."
+    assert facts_in(line) == {"sampler": "FlashInfer"}
+    off = (
+        "INFO [topk_topp_sampler.py:95] FlashInfer top-p/top-k sampling disabled via "
+        "VLLM_USE_FLASHINFER_SAMPLER=0."
+    )
+    assert facts_in(off) == {
+        "sampler": "vLLM's own, FlashInfer's not used: VLLM_USE_FLASHINFER_SAMPLER=0"
+    }
+    missing = (
+        "WARNING [topk_topp_sampler.py:157] FlashInfer top-p/top-k sampling unavailable: "
+        "unsupported compute capability 7.0; falling back. Set VLLM_USE_FLASHINFER_SAMPLER=0 "
+        "to silence."
+    )
+    assert facts_in(missing) == {
+        "sampler": "vLLM's own, FlashInfer's not used: unsupported compute capability 7.0"
+    }
+
+
 def test_the_engines_vllm_is_read_without_importing_it(loop, tmp_path: Path) -> None:
     import sys
 

@@ -226,6 +226,7 @@ def _details(run: Any, facts: dict[str, Any], args: Any, bench: dict[str, str]) 
         "max_num_batched_tokens": facts.get("max_num_batched_tokens"),
         "caches": (facts.get("caches") or {}).get("state"),
         "compile_cache": (facts.get("cold_start") or {}).get("compile_cache"),
+        "sampler": facts.get("sampler"),
         "bench_settings": bench,
     }
     if run.start_error is not None:

@@ -27,9 +27,22 @@ _FACTS = {
 }
 
 
+# Which kernel samples at top_p < 1: FlashInfer's fused sampler, or where it is off or cannot run,
+# vLLM's own (a Triton filter that compiles for each new batch shape at its first use when the
+# JIT warm-up is off, which holds up a fresh engine's first busy minute: docs/models.md).
+_SAMPLER = re.compile(
+    r"Using FlashInfer for top-p"
+    r"|FlashInfer top-p/top-k sampling (?:disabled via (\S+?)\.?$|unavailable: (.+?); falling back)"
+)
+
+
 def facts_in(line: str) -> dict[str, str]:
     """The facts one line of vLLM's log states; the worker keeps the first statement of each."""
-    return {name: m.group(1) for name, pattern in _FACTS.items() if (m := pattern.search(line))}
+    facts = {name: m.group(1) for name, pattern in _FACTS.items() if (m := pattern.search(line))}
+    if m := _SAMPLER.search(line):
+        why = m.group(1) or m.group(2)
+        facts["sampler"] = f"vLLM's own, FlashInfer's not used: {why}" if why else "FlashInfer"
+    return facts
 
 
 def cause_in(lines: list[str]) -> str:

@@ -74,7 +74,8 @@ def test_public_addresses_pass() -> None:
         ("https://localhost:99999/", "not a valid URL"),
         ("https://" + "a" * 64 + ".example/", "not a valid URL"),
         ("https://a..b/", "not a valid URL"),
-        ("https:///nohost", "not an https URL"),
+        ("https:///nohost", "'https:///nohost' has no host; give the whole address"),
+        ("https://", "'https://' has no host; give the whole address"),
     ],
 )
 def test_refused_urls(url: str, says: str) -> None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -20,6 +22,8 @@ from vlm_ocr.contract import (
     read_item,
 )
 from vlm_ocr.entry import runpod as entry
+from vlm_ocr.entry.arguments import check_arguments, parser
+from vlm_ocr.entry.one_shot import OneShot
 from vlm_ocr.pipeline.textsim import similarity
 from vlm_ocr_lab.standins.fakes import FakeEngine
 
@@ -33,6 +37,61 @@ from .support import (
     png_bytes,
     start_api,
 )
+
+
+@pytest.mark.parametrize("option", ["--test-input", "--test_inptu", "--input"])
+def test_a_misspelled_option_is_refused_before_anything_runs(option: str, tmp_path: Path) -> None:
+    # In a folder with a test_input.json the SDK would ignore the option and run that job.
+    (tmp_path / "test_input.json").write_text((ROOT / "test_input.json").read_text())
+    job = json.dumps({"input": {"pdf": {"url": "https://example.com/a.pdf"}}})
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "handler.py"), option, job],
+        cwd=tmp_path,
+        env=handler_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert (proc.returncode, proc.stdout) == (2, "")
+    [line] = proc.stderr.splitlines()  # one line: no engine started, no job run
+    assert f"unknown option {option}; did you mean --test_input?" in line
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--rp-serve-api"], "unknown option --rp-serve-api; did you mean --rp_serve_api?"),
+        (["--rp_serve"], "unknown option --rp_serve; did you mean --rp_serve_api?"),
+        (["--frobnicate"], "unknown option --frobnicate; accepted: --test_input, --rp_serve_api"),
+        (["test_input.json"], "unexpected argument 'test_input.json': give the job as"),
+        (["--rp_api_port", "http"], "argument --rp_api_port: invalid int value: 'http'"),
+        (["--rp_log_level", "LOUD"], "argument --rp_log_level: 'LOUD' is not a log level"),
+        (["--test_input"], "argument --test_input: expected one argument"),
+    ],
+)
+def test_every_argument_the_sdk_would_not_take_is_one_line_and_status_2(
+    argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        check_arguments(["handler.py", *argv])
+    assert exited.value.code == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"handler.py: {says}") and line.endswith("(see handler.py --help)")
+
+
+def test_the_handler_takes_the_sdks_options_and_no_other() -> None:
+    import runpod.serverless
+
+    sdk = runpod.serverless.parser
+    assert {o for a in sdk._actions for o in a.option_strings} == {
+        o for a in parser()._actions for o in a.option_strings
+    }
+    every_option = (
+        "--rp_serve_api --rp_api_host 127.0.0.1 --rp_api_port=8001 --rp_api_concurrency 1 "
+        "--rp_debugger --rp_log_level debug"
+    )
+    check_arguments(["handler.py", *every_option.split()])  # taken: no exit
 
 
 def test_test_input_json_runs_and_prints_result(tmp_path: Path) -> None:
@@ -118,6 +177,71 @@ def test_an_inline_pdf_that_is_none_is_refused_before_the_engine_starts(
     assert proc.returncode == 1
     [line] = proc.stderr.splitlines()  # the worker was never built: no engine line
     assert says in line and json.loads(proc.stdout)["error"].startswith(says)
+
+
+@pytest.mark.parametrize(
+    ("job_input", "says"),
+    [
+        ({"pdf": {"url": "https://"}}, "input.pdf.url: 'https://' has no host; give the whole"),
+        (
+            {"pdf": {"url": "http://example.com/a.pdf"}},
+            "input.pdf.url: 'http://example.com/a.pdf' is not an https URL",
+        ),
+        (
+            {"pdf": {"key": "scans/a.pdf"}},
+            "input.pdf.key: inputs named by `key` are read from the bucket, and no bucket is "
+            "configured",
+        ),
+        (
+            {"images": [{"key": "a.png"}, {"url": "ftp://example.com/b.png"}]},
+            "input.images[0].key: inputs named by `key` are read from the bucket",
+        ),
+    ],
+)
+def test_a_file_that_cannot_be_fetched_is_refused_before_the_engine_starts(
+    job_input: dict, says: str, tmp_path: Path
+) -> None:
+    proc = one_shot(json.dumps({"input": job_input}), tmp_path)
+    assert proc.returncode == 1
+    [line] = proc.stderr.splitlines()  # the worker was never built: no engine line
+    assert says in line and json.loads(proc.stdout)["error"].startswith(says)
+
+
+def test_the_one_shot_refuses_in_the_words_the_worker_would(run, tmp_path: Path) -> None:
+    for job_input in ({"pdf": {"key": "scans/a.pdf"}}, {"pdf": {"url": "https://"}}):
+        out = io.StringIO()
+        with pytest.raises(SystemExit):
+            OneShot(out, {"input": job_input}).check(make_settings(tmp_path))
+        assert json.loads(out.getvalue())["error"] == run(job_input).error
+    # One image that cannot be fetched fails alone: the job runs.
+    good = {"base64": b64(png_bytes(page_image(["A readable page."])))}
+    OneShot(io.StringIO(), {"input": {"images": [{"key": "a.png"}, good]}}).check(
+        make_settings(tmp_path)
+    )
+
+
+def test_a_job_with_a_failed_page_exits_1_with_its_error_and_no_sdk_line(
+    tmp_path: Path,
+) -> None:
+    env = handler_env(tmp_path)
+    del env["RUNPOD_LOG_LEVEL"]  # as a user runs it: the SDK's own lines left out
+    good = png_bytes(page_image(["A readable page."]))
+    images = [{"base64": b64(good)}, {"base64": b64(good[: len(good) // 2])}]
+    proc = subprocess.run(
+        [sys.executable, "handler.py", "--test_input", json.dumps({"input": {"images": images}})],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    result = json.loads(proc.stdout)
+    assert result["status"] == "partial" and result["totals"]["ok"] == 1
+    assert result["error"].startswith(
+        "1 of 2 pages failed: page 2: input.images[1]: the image is corrupt or truncated"
+    )
+    assert "failed with error" not in proc.stderr and "ERROR  |" not in proc.stderr
 
 
 def test_no_job_at_all_is_one_line(tmp_path: Path) -> None:
@@ -325,7 +449,9 @@ def test_a_failed_page_streams_as_a_page_and_the_job_completes(tmp_path, loop, c
     assert all("error" not in item for item in pages)
     failed = next(item["page"] for item in pages if item["page"]["status"] == "failed")
     assert failed["page"] == 1 and "input.images[0]" in failed["error"]
-    assert last["result"]["status"] == "partial"
+    # The job's error is under `result`, where the SDK does not take it for a failed job.
+    assert "error" not in last and last["result"]["status"] == "partial"
+    assert last["result"]["error"].startswith("1 of 2 pages failed: page 1: input.images[0]")
 
 
 def test_a_job_that_stores_nothing_ends_the_stream_with_its_error(tmp_path, loop, cpu_pool) -> None:
@@ -349,28 +475,27 @@ def test_a_job_the_engine_or_store_stopped_ends_as_a_failed_runpod_job() -> None
         assert read_item(wire) == final_item(result)
 
 
-def test_the_sdk_job_loop_streams_each_page_then_sends_the_whole_result(
-    monkeypatch, tmp_path, loop, cpu_pool
-) -> None:
-    # The RunPod SDK's own production path (`rp_job.handle_job`), with a loopback server in
-    # place of RunPod's job API: each page is posted to the stream URL as it is stored, and the
-    # aggregated list (pages, then the result) to the done URL at the end.
+def through_the_sdk_job_loop(
+    monkeypatch: pytest.MonkeyPatch,
+    loop,
+    worker,
+    job: dict,
+    on_post: Callable[[list[str]], object] = lambda kinds: None,
+) -> list[tuple[str, dict]]:
+    """The RunPod SDK's own production path (`rp_job.handle_job`) with the stream handler, a
+    loopback server in place of RunPod's job API: what it posted to the stream URL and to the
+    done URL, in order. `on_post` sees the kinds posted so far after each post."""
     import asyncio
 
     import aiohttp
     from aiohttp import web
     from runpod.serverless.modules import rp_http, rp_job
 
-    engine = FakeEngine(concurrency=4)
-    engine.hold(3)
-    worker = new_worker(loop, make_settings(tmp_path), engine, cpu_pool)
     posts: list[tuple[str, dict]] = []
 
     async def receive(request: web.Request) -> web.Response:
-        kind = request.path.strip("/")
-        posts.append((kind, json.loads(await request.text())))
-        if [k for k, _ in posts] == ["stream", "stream"]:
-            engine.release()  # page 3 is answered only after two pages reached the stream
+        posts.append((request.path.strip("/"), json.loads(await request.text())))
+        on_post([kind for kind, _ in posts])
         return web.Response(text="ok")
 
     async def run() -> None:
@@ -383,8 +508,6 @@ def test_the_sdk_job_loop_streams_each_page_then_sends_the_whole_result(
         base = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
         monkeypatch.setattr(rp_http, "JOB_STREAM_URL", base + "/stream?id=$ID")
         monkeypatch.setattr(rp_http, "JOB_DONE_URL", base + "/done?id=$ID")
-        pdf = samples.pdf_from_pages(samples.numbered_pages(3, lines=2))
-        job = {"id": "job-sdk", "input": {"pdf": {"base64": b64(pdf)}}}
         config = {
             "handler": entry.make_stream_handler(loop, worker),
             "return_aggregate_stream": True,
@@ -396,6 +519,25 @@ def test_the_sdk_job_loop_streams_each_page_then_sends_the_whole_result(
             await runner.cleanup()
 
     asyncio.run(run())
+    return posts
+
+
+def test_the_sdk_job_loop_streams_each_page_then_sends_the_whole_result(
+    monkeypatch, tmp_path, loop, cpu_pool
+) -> None:
+    # Each page is posted to the stream URL as it is stored, and the aggregated list (pages,
+    # then the result) to the done URL at the end.
+    engine = FakeEngine(concurrency=4)
+    engine.hold(3)
+    worker = new_worker(loop, make_settings(tmp_path), engine, cpu_pool)
+    pdf = samples.pdf_from_pages(samples.numbered_pages(3, lines=2))
+    job = {"id": "job-sdk", "input": {"pdf": {"base64": b64(pdf)}}}
+
+    def release(kinds: list[str]) -> None:
+        if kinds == ["stream", "stream"]:
+            engine.release()  # page 3 is answered only after two pages reached the stream
+
+    posts = through_the_sdk_job_loop(monkeypatch, loop, worker, job, release)
     kinds = [kind for kind, _ in posts]
     assert kinds == ["stream"] * 4 + ["done"]
     streamed = [body["output"] for kind, body in posts if kind == "stream"]
@@ -404,3 +546,17 @@ def test_the_sdk_job_loop_streams_each_page_then_sends_the_whole_result(
     assert streamed[3]["event"] == "result" and streamed[3]["result"]["status"] == "ok"
     done = posts[-1][1]
     assert "error" not in done and done["output"] == streamed
+
+
+def test_a_job_with_a_failed_page_completes_as_a_runpod_job(
+    monkeypatch, tmp_path, loop, cpu_pool
+) -> None:
+    worker = new_worker(loop, make_settings(tmp_path), FakeEngine(concurrency=4), cpu_pool)
+    good = b64(png_bytes(page_image(["A readable page."])))
+    job = {"id": "job-p", "input": {"images": [{"base64": good}, {"base64": b64(b"no image")}]}}
+    kind, done = through_the_sdk_job_loop(monkeypatch, loop, worker, job)[-1]
+    # No top-level `error` in what is sent when the job is done: RunPod marks it completed.
+    assert kind == "done" and "error" not in done
+    result = done["output"][-1]["result"]
+    assert result["status"] == "partial"
+    assert result["error"].startswith("1 of 2 pages failed: page 2: input.images[1]")

@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 
 from vlm_ocr import samples
-from vlm_ocr.contract import JobResult
+from vlm_ocr.contract import JobResult, PageReport
 from vlm_ocr.engines.base import Recognition
 from vlm_ocr.errors import EngineError
+from vlm_ocr.pipeline.verdict import verdict
 from vlm_ocr_lab.standins.fakes import FakeEngine, MemoryStore
 
 from .support import b64, make_settings, new_worker
@@ -69,6 +70,7 @@ def test_engine_dies_mid_job(run_scripted) -> None:
     assert result.status == manifest["status"] == "partial"
     assert result.error == manifest["error"]
     assert "this worker will be replaced" in (result.error or "") and result.refresh_worker
+    assert "pages failed" not in (result.error or "")  # they failed for the engine, said once
     assert result.retry and manifest["retry"]  # submitting it again finishes it
     assert keys_named(result) == {"o/page-0001.md"}
 
@@ -106,6 +108,8 @@ def test_partial_text_stored_apart(run_scripted) -> None:
     assert first.chars == len("half a page") and first.key is None
     assert result.status == manifest["status"] == "partial"
     assert not result.retry  # the page itself failed: the job is not retried for it
+    # its error says so, in the result and the manifest alike
+    assert result.error == manifest["error"] == "1 of 4 pages failed: page 1: cut off"
 
 
 def test_failed_manifest_write(run_scripted) -> None:
@@ -115,3 +119,31 @@ def test_failed_manifest_write(run_scripted) -> None:
     assert result.status == "partial" and result.retry
     assert "the manifest was not written" in (result.error or "")
     assert "Stored pages: 1-4; not stored: none" in (result.error or "")
+
+
+def failed_page(number: int, error: str) -> PageReport:
+    return PageReport(page=number, source="s", status="failed", error=error)
+
+
+def test_failed_pages_are_counted_and_grouped_in_one_line() -> None:
+    ok = [PageReport(page=n, source="s", status="ok") for n in (1, 2)]
+    failed = [failed_page(3, "page 3 came out\nblank")] + [
+        failed_page(n, f"page {n} came out blank") for n in range(4, 9)
+    ]
+    failed += [failed_page(n, f"input.images[{n - 1}]: not an image") for n in range(9, 13)]
+    judged = verdict(ok + failed, problems=[], stop=None)
+    assert (judged.status, judged.retry) == ("partial", False)
+    assert judged.error == (
+        "10 of 12 pages failed: pages 3-8: came out blank; page 9: input.images[8]: not an "
+        "image; page 10: input.images[9]: not an image; 2 more in `errors`"
+    )
+    # A job-level problem comes first; a job that stored nothing says so.
+    beyond = verdict(ok + failed[:1], problems=["input.pages: 9-12 beyond the end"], stop=None)
+    assert beyond.error == "input.pages: 9-12 beyond the end | 1 of 3 pages failed: page 3: " + (
+        "came out blank"
+    )
+    none = verdict(failed[:2], problems=[], stop=None)
+    assert (none.status, none.error) == (
+        "failed",
+        "no page could be processed: pages 3-4: " + ("came out blank"),
+    )

@@ -68,6 +68,17 @@ def test_selection_beyond_document_keeps_good_pages(run, settings: Settings) -> 
     assert (manifest["status"], manifest["error"]) == ("partial", says)
 
 
+def test_a_truncated_pdf_whose_last_pages_fail_says_so_in_the_job_error(run) -> None:
+    pdf = samples.pdf_from_pages(samples.numbered_pages(5, lines=2))
+    result = run({"pdf": {"base64": b64(pdf[:1736])}, "output_prefix": "cut"})
+    assert [p.status for p in result.pages] == ["ok", "ok", "failed", "failed", "failed"]
+    assert result.status == "partial" and not result.retry
+    assert result.error == (
+        "3 of 5 pages failed: pages 3-5: came out blank from a damaged PDF (MuPDF had to repair "
+        "the file; it is probably truncated): send the complete file"
+    )
+
+
 def test_bad_images_reported_good_ones_stored(run, settings: Settings) -> None:
     good = ["Clause seven shall remain in force."]
     images = [
@@ -80,6 +91,10 @@ def test_bad_images_reported_good_ones_stored(run, settings: Settings) -> None:
     ]
     result = run({"images": images, "output_prefix": "imgs"})
     assert result.status == "partial"
+    assert (result.error or "").startswith(
+        "5 of 6 pages failed: page 2: input.images[1].base64: not valid base64"
+    )
+    assert (result.error or "").endswith("; 2 more in `errors`") and len(result.errors) == 5
     assert (result.totals.ok, result.totals.failed) == (1, 5)
     first = result.pages[0]
     assert first.status == "ok"
@@ -103,6 +118,7 @@ def test_unreadable_pdf_fails_job_with_field(run) -> None:
     assert "input: give exactly one document" in (run({}).error or "")
     garbage = run({"pdf": {"base64": b64(b"%PDF-1.4\n" + bytes(range(256)) * 8)}}).error or ""
     assert garbage.startswith("input.pdf.base64: the PDF is corrupt or truncated")
+    assert "not a readable PDF" in garbage and "Failed to open" not in garbage
     assert "vlm-ocr-job" not in garbage and "input-0" not in garbage
 
 

@@ -64,7 +64,7 @@ def test_same_pixels_same_hash(as_file) -> None:
     ("data", "says"),
     [
         (b"hello, not a pdf", "not a PDF"),
-        (samples.pdf_from_pages([["x"]])[:200], "corrupt or truncated"),
+        (samples.pdf_from_pages([["x"]])[:200], "corrupt or truncated: its bytes start as a PDF's"),
         (encrypted_pdf(), "encrypted"),
         (pdf_with_zero_pages(), "no pages"),
     ],

@@ -400,7 +400,9 @@ class JobResult(BaseModel):
     job_id: str
     status: Status
     error: str | None = Field(
-        None, description="What went wrong, when the status is not `ok` for a job-level reason."
+        None,
+        description="Why the status is not `ok`, in one line: a job-level reason, or how many "
+        "pages failed and the first of their reasons.",
     )
     #: the job stopped for a reason outside its input (the engine or the store failed):
     #: submitting it again finishes it, reusing the pages already stored

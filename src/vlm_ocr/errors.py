@@ -5,6 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+# What a PDF that cannot be read is told, by the worker and by `vlm-ocr submit` alike.
+NOT_A_PDF = "the data is not a PDF (it does not start with %PDF)"
+UNREADABLE_PDF = (
+    "the PDF is corrupt or truncated: its bytes start as a PDF's but are not a readable PDF "
+    "(cut short or damaged); send the complete file"
+)
+ENCRYPTED_PDF = "the PDF is encrypted with a password; send an unencrypted copy"
+EMPTY_PDF = "the PDF has no pages"
+
 
 class OcrError(Exception):
     """Base for errors the worker reports to the user rather than crashing on."""

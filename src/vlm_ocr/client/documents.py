@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from ..errors import EMPTY_PDF, ENCRYPTED_PDF, NOT_A_PDF, UNREADABLE_PDF
 from ..images import ACCEPTED_IMAGE_FORMATS, IMAGE_SUFFIXES
 from ..settings import Settings
 from ..storage import Bucket, BucketInputs, ObjectTooLarge
@@ -132,16 +133,16 @@ def pdf_pages(path: Path) -> int:
     with path.open("rb") as fh:
         head = fh.read(1024)
     if not head.lstrip()[:5].startswith(b"%PDF"):
-        raise Refused("the data is not a PDF (it does not start with %PDF)")
+        raise Refused(NOT_A_PDF)
     try:
         doc = pymupdf.open(path, filetype="pdf")
     except Exception:
-        raise Refused("the PDF is corrupt or truncated and cannot be opened") from None
+        raise Refused(UNREADABLE_PDF) from None
     with doc:
         if doc.needs_pass:
-            raise Refused("the PDF is encrypted with a password; send an unencrypted copy")
+            raise Refused(ENCRYPTED_PDF)
         if doc.page_count == 0:
-            raise Refused("the PDF has no pages")
+            raise Refused(EMPTY_PDF)
         return doc.page_count
 
 

@@ -2,11 +2,12 @@
 folder, as the RunPod SDK reads it), which runs one job and exits.
 
 Its job is read and checked before the engine starts, so a mistake costs a second, not the
-engine's start; a job that cannot run is refused in one line on stderr. Its stdout carries the job
-result alone, one JSON document a script can read (`| jq`): everything else written there (the
-SDK's banner and log lines, a library's print, a child process) goes to stderr instead, however
-the SDK is set to log. The SDK's own lines (the payload, the result again) are left out unless
-`RUNPOD_LOG_LEVEL` (or `--rp_log_level`) asks for them.
+engine's start; a job that cannot run (bad fields, an inline PDF that is none, a URL that is not
+https or has no host, a bucket key with no bucket) is refused in one line on stderr. Its stdout
+carries the job result alone, one JSON document a script can read (`| jq`): everything else
+written there (the SDK's banner and log lines, a library's print, a child process) goes to stderr
+instead, however the SDK is set to log. The SDK's own lines (the payload, the result again, its
+"Job … failed") are left out unless `RUNPOD_LOG_LEVEL` (or `--rp_log_level`) asks for them.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ from typing import Any, NoReturn, TextIO
 
 import runpod
 
-from ..contract import JobInput, JobResult
-from ..errors import InputError
-from ..pipeline.sources import check_inline_pdf
+from ..contract import JobInput, JobResult, Source
+from ..errors import InputError, InputErrors
+from ..pipeline.fetch import url_target
+from ..pipeline.sources import NO_BUCKET, check_inline_pdf
 from ..settings import Settings
 
 log = logging.getLogger("vlm_ocr.handler")
@@ -49,16 +51,19 @@ class OneShot:
     #: the job as given, or None when it cannot be read (`problem` says why)
     job: dict[str, Any] | None = None
     problem: str | None = None
+    #: the SDK's own lines were asked for (`RUNPOD_LOG_LEVEL`, `--rp_log_level`)
+    sdk_lines: bool = False
     _shown: bool = field(default=False, repr=False)
 
     @classmethod
     def begin(cls, argv: list[str]) -> OneShot:
         """Keep stdout for the result, quiet the SDK unless asked, and read the job."""
         out = keep_stdout_for_the_result()
-        if not _sdk_level_asked(argv):
+        sdk_lines = _sdk_level_asked(argv)
+        if not sdk_lines:
             runpod.RunPodLogger().set_level("WARN")
         job, problem = read_job(argv)
-        return cls(out, job, problem)
+        return cls(out, job, problem, sdk_lines)
 
     @property
     def job_id(self) -> str:
@@ -73,6 +78,7 @@ class OneShot:
         try:
             job = JobInput.parse(self.job["input"], max_pages=settings.job.max_pages_per_job)
             check_inline_pdf(job, settings.fetch.max_download_bytes)
+            check_sources(job, settings)
         except InputError as exc:
             self.refuse(str(exc), exc.lines())
 
@@ -83,10 +89,42 @@ class OneShot:
             self.out.write(json.dumps(result, ensure_ascii=False, indent=2) + "\n")
             self.out.flush()
 
+    def finish(self, result: dict[str, Any]) -> None:
+        """Show the result and, unless the SDK's lines were asked for, exit as the SDK would
+        (1 when the result has an `error`) without its "Job … failed" line, which repeats it."""
+        self.show(result)
+        if not self.sdk_lines:
+            sys.exit(1 if result.get("error") else 0)
+
     def refuse(self, error: str, errors: list[str] | None = None) -> NoReturn:
         log.error("job %s refused: %s", self.job_id, error)
         self.show(JobResult.refused(self.job_id, error, errors=errors).wire())
         sys.exit(1)
+
+
+def check_sources(job: JobInput, settings: Settings) -> None:
+    """InputErrors when the job's file cannot be fetched at all, as far as can be told without
+    the network: a URL that is not https or has no host, a key with no bucket configured. A
+    list of images is refused only when no image can be fetched: the others would be stored."""
+    if job.pdf is not None:
+        named = [("input.pdf", job.pdf)]
+    else:
+        named = [(f"input.images[{i}]", src) for i, src in enumerate(job.images or [])]
+    problems = [p for where, src in named if (p := _unfetchable(src, where, settings))]
+    if problems and len(problems) == len(named):
+        raise InputErrors(problems)
+
+
+def _unfetchable(src: Source, where: str, settings: Settings) -> InputError | None:
+    field = f"{where}.{src.kind}"
+    if src.key is not None and not settings.bucket.configured:
+        return InputError(field, NO_BUCKET)
+    if src.url is not None:
+        try:
+            url_target(src.url, field, settings.fetch.allow_private_urls)
+        except InputError as exc:
+            return exc
+    return None
 
 
 def keep_stdout_for_the_result() -> TextIO:

@@ -28,6 +28,7 @@ from ..contract import JobResult, PageItem, final_item
 from ..errors import ConfigError
 from ..pipeline.worker import Worker, build_worker
 from ..settings import Settings
+from .arguments import check_arguments
 from .one_shot import OneShot, is_one_shot
 from .runtime import Finished, WorkerLoop
 
@@ -73,15 +74,16 @@ def exit_if_engine_failed(worker: Worker, result: JobResult) -> None:
 
 
 def make_handler(loop: WorkerLoop, worker: Worker, show: Show) -> Handler:
-    """One job, one result, shown: `--test_input` (the SDK's local run takes no generator)."""
+    """One job, one result, shown: `--test_input` (the SDK's local run takes no generator;
+    `show` may end the run with the result's exit status)."""
 
     async def handler(job: dict[str, Any]) -> dict[str, Any]:
         result = await loop.submit(
             worker.run(job["id"], job.get("input"), lambda item: report_progress(job, item))
         )
         out = result.wire()
-        show(out)
         exit_if_engine_failed(worker, result)
+        show(out)  # a one-shot run may end here
         return out
 
     return handler
@@ -145,6 +147,7 @@ def refuse(reason: str, one_shot: OneShot | None) -> None:
 
 
 def main() -> None:
+    check_arguments(sys.argv)  # before anything starts: the SDK would ignore a misspelled option
     one_shot = OneShot.begin(sys.argv) if is_one_shot(sys.argv, os.environ) else None
     try:
         settings: Settings | None = Settings.from_env(os.environ)
@@ -184,7 +187,7 @@ def main() -> None:
     # The SDK's local run cannot iterate a generator; everywhere else the handler streams.
     runpod.serverless.start(
         {
-            "handler": make_handler(loop, worker, one_shot.show)
+            "handler": make_handler(loop, worker, one_shot.finish)
             if one_shot is not None
             else make_stream_handler(loop, worker),
             "concurrency_modifier": concurrency_modifier,

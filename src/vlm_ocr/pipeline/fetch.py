@@ -62,8 +62,9 @@ def blocked(addr: str) -> str | None:
     return f"{kind} address {ip}"
 
 
-def _target(url: str, field: str, allow_private: bool) -> tuple[str, int]:
-    """Host and port of a URL we may fetch, or InputError saying what is wrong with it."""
+def url_target(url: str, field: str, allow_private: bool) -> tuple[str, int]:
+    """Host and port of a URL we may fetch, or InputError saying what is wrong with it: what
+    can be told without the network (its address is checked as it is fetched)."""
     shown = redact(url)
     try:
         parts = urlsplit(url)
@@ -75,13 +76,17 @@ def _target(url: str, field: str, allow_private: bool) -> tuple[str, int]:
     except (ValueError, UnicodeError):
         raise InputError(field, f"{shown!r} is not a valid URL (check its host and port)") from None
     allowed = ("https", "http") if allow_private else ("https",)
-    if parts.scheme not in allowed or not host:
+    if parts.scheme not in allowed:
         raise InputError(field, f"{shown!r} is not an https URL; only https:// URLs are fetched")
+    if not host:
+        raise InputError(
+            field, f"{shown!r} has no host; give the whole address: https://example.com/file.pdf"
+        )
     return host, port
 
 
 async def _check_target(url: str, field: str, allow_private: bool) -> None:
-    host, port = _target(url, field, allow_private)
+    host, port = url_target(url, field, allow_private)
     if allow_private:
         return
     try:

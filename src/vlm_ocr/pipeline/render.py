@@ -18,7 +18,7 @@ from pathlib import Path
 import pymupdf
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from ..errors import PageError
+from ..errors import EMPTY_PDF, ENCRYPTED_PDF, NOT_A_PDF, UNREADABLE_PDF, PageError
 from ..images import ACCEPTED_IMAGE_FORMATS, IMAGE_SUFFIXES, Budget, PageImage
 
 # Our own limit (MAX_IMAGE_PIXELS) is checked before decoding; Pillow's warning would duplicate it.
@@ -47,9 +47,6 @@ def _open(path: str) -> pymupdf.Document:
     return doc
 
 
-NOT_A_PDF = "the data is not a PDF (it does not start with %PDF)"
-
-
 def is_pdf(head: bytes) -> bool:
     """Whether a file's first kilobyte is a PDF's (its header, after any whitespace)."""
     return head.lstrip()[:5].startswith(b"%PDF")
@@ -63,14 +60,12 @@ def inspect_pdf(path: str) -> PdfInfo:
         raise PageError("open", NOT_A_PDF)
     try:
         doc = _open(path)
-    except Exception as exc:
-        raise PageError(
-            "open", f"the PDF is corrupt or truncated and cannot be opened ({_said(exc, path)})"
-        ) from None
+    except Exception:  # MuPDF says only that it failed to open the file
+        raise PageError("open", UNREADABLE_PDF) from None
     if doc.needs_pass:
-        raise PageError("open", "the PDF is encrypted with a password; send an unencrypted copy")
+        raise PageError("open", ENCRYPTED_PDF)
     if doc.page_count == 0:
-        raise PageError("open", "the PDF has no pages")
+        raise PageError("open", EMPTY_PDF)
     return PdfInfo(doc.page_count, bool(doc.is_repaired))
 
 

@@ -37,6 +37,13 @@ FETCH_CONCURRENCY = 8  # files of one job being fetched at once
 T = TypeVar("T")
 
 
+NO_BUCKET = (
+    "inputs named by `key` are read from the bucket, and no bucket is configured; set the four "
+    "bucket settings (BUCKET_ENDPOINT_URL, BUCKET_NAME and its two keys), or send `base64` or "
+    "`url`"
+)
+
+
 class Rendering:
     """The worker's way to turn files into pages: the CPU pool, a deadline per page, and a
     budget of source pixels decoded at once (a 50 MP image takes 200 MB while it decodes)."""
@@ -175,12 +182,7 @@ class JobFiles:
 
     async def _read_key(self, key: str, where: str, out: BinaryIO, left: float) -> None:
         if self.inputs is None:
-            raise InputError(
-                where,
-                "inputs named by `key` are read from the bucket, and no bucket is configured; "
-                "set the four bucket settings (BUCKET_ENDPOINT_URL, BUCKET_NAME and its two "
-                "keys), or send `base64` or `url`",
-            )
+            raise InputError(where, NO_BUCKET)
         limit = self.limits.max_download_bytes
         try:
             async with asyncio.timeout(left):

@@ -7,6 +7,9 @@ from dataclasses import dataclass
 from ..contract import PageReport, Status, format_ranges
 from ..errors import JobStop
 
+#: failed pages whose reasons the job's one-line error quotes; `errors` lists every one
+REASONS_SHOWN = 3
+
 
 @dataclass(frozen=True)
 class Verdict:
@@ -30,26 +33,28 @@ def verdict(
 ) -> Verdict:
     """`problems`: job-level findings about its input (pages beyond the end); `stop`: what
     stopped its pages; `engine_failure`: the engine is gone (even if no page of this job met
-    it); `manifest_error`: the manifest could not be written."""
+    it); `manifest_error`: the manifest could not be written. The error is set whenever the
+    status is not `ok`: pages that failed on their own are counted, with their first reasons."""
     ok = [p.page for p in pages if p.stored]
+    failed = [p for p in pages if not p.stored]
     status: Status = "failed" if not ok else ("ok" if len(ok) == len(pages) else "partial")
     store_error = stop.message if stop and stop.kind == "store" else None
     engine_error = stop.message if stop and stop.kind == "engine" else engine_failure
     messages = list(problems)
     if store_error or manifest_error:
         # A page is ok or blank only once its text is stored: the two lists follow from status.
-        not_stored = [p.page for p in pages if not p.stored]
         messages.append(
             f"the store failed: {store_error or manifest_error}. "
             f"Stored pages: {format_ranges(ok) or 'none'}; "
-            f"not stored: {format_ranges(not_stored) or 'none'}"
+            f"not stored: {format_ranges([p.page for p in failed]) or 'none'}"
             + ("" if manifest_error is None else "; the manifest was not written")
         )
     if engine_error:
         messages.append(f"the engine failed and this worker will be replaced: {engine_error}")
-    if status == "failed" and not messages:
-        errors = [f"page {p.page}: {p.error}" for p in pages if p.error]
-        messages.append("no page could be processed: " + "; ".join(errors[:5]))
+    # A stopped job's pages failed for the stop, which its message says; else they failed for
+    # reasons of their own, and the job's error says so after any job-level problem.
+    if failed and not (store_error or manifest_error or engine_error):
+        messages.append(pages_failed(failed, len(pages)))
     if messages and status == "ok":
         status = "partial"
     return Verdict(
@@ -58,3 +63,26 @@ def verdict(
         refresh_worker=bool(engine_error),
         retry=bool(engine_error or store_error or manifest_error),
     )
+
+
+def pages_failed(failed: list[PageReport], total: int) -> str:
+    """'2 of 5 pages failed: page 3: …; pages 4-5: …', pages that failed the same way together,
+    the first few reasons quoted and the pages of the rest counted; 'no page could be
+    processed: …' when none was stored."""
+    groups: dict[str, list[int]] = {}
+    for page in failed:
+        reason = " ".join((page.error or "failed").split())
+        groups.setdefault(reason.removeprefix(f"page {page.page} "), []).append(page.page)
+    shown = list(groups.items())[:REASONS_SHOWN]
+    reasons = [
+        f"page{'s' if len(numbers) > 1 else ''} {format_ranges(numbers)}: {reason}"
+        for reason, numbers in shown
+    ]
+    if rest := len(failed) - sum(len(numbers) for _, numbers in shown):
+        reasons.append(f"{rest} more in `errors`")
+    head = (
+        "no page could be processed"
+        if len(failed) == total
+        else f"{len(failed)} of {total} pages failed"
+    )
+    return f"{head}: " + "; ".join(reasons)

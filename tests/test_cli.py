@@ -81,3 +81,15 @@ def test_bench_passes_are_each_reported_on_pages_new_to_the_engine(tmp_path: Pat
     # Each pass stored its own pages, read by the engine: none was reused from the first pass.
     texts = sorted(p.read_text() for p in out.rglob("page-*.md"))
     assert len(texts) == 4 and len(set(texts)) == 4
+
+
+def test_an_engine_that_does_not_answer_is_one_line_naming_its_setting(tmp_path: Path) -> None:
+    from vlm_ocr.loopback import free_port
+
+    (tmp_path / "one.pdf").write_bytes(samples.pdf_from_pages(samples.numbered_pages(1)))
+    url = f"http://127.0.0.1:{free_port()}/v1"  # a loopback port nothing listens on
+    proc = cli("run", "one.pdf", "--out", "r", tmp=tmp_path, ENGINE="openai", OPENAI_BASE_URL=url)
+    said = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert said.startswith("vlm-ocr run: the engine did not start or answer: warm-up page failed")
+    assert f"OPENAI_BASE_URL={url}" in said and "Traceback" not in proc.stderr

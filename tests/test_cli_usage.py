@@ -123,6 +123,15 @@ def test_the_unexpected_is_one_line_too_unless_debug_asks_for_the_traceback(
         cli.main(["plan", str(EXAMPLE)])
 
 
+def test_ctrl_c_is_one_line_with_status_130(capsys, monkeypatch) -> None:
+    def interrupted(args: argparse.Namespace, settings: object) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(plan, "plan_main", interrupted)
+    assert cli.main(["plan", str(EXAMPLE)]) == 130
+    assert capsys.readouterr().err == "vlm-ocr plan: interrupted\n"
+
+
 def arguments(parser: argparse.ArgumentParser, path: str) -> list[tuple[str, argparse.Action]]:
     """Every argument of every command under `parser`, by the command line that reaches it."""
     found = []
@@ -151,6 +160,9 @@ def test_where_a_prompt_is_chosen_the_presets_are_listed(capsys, command: str) -
         cli.main([command, "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert f"one of {', '.join(sorted(PRESETS))}" in text
+    # the setting that chooses one when --prompt is not given, by its name
+    assert "(default: the DEFAULT_PROMPT setting, markdown unless set;" in text
+    assert "PROMPT's" not in text
 
 
 def test_version_is_the_installed_packages(capsys) -> None:

@@ -1,19 +1,25 @@
 """`vlm-ocr run` as a user types it: its files and options checked before the engine starts and
-named as the user gave them, and its progress while pages are read."""
+named as the user gave them, each file's results in a folder of its own, its progress while
+pages are read, and Ctrl-C."""
 
 from __future__ import annotations
 
 import io
+import json
+import os
 import re
+import signal
 import subprocess
 import sys
+import unicodedata
 from pathlib import Path
 
 from PIL import Image
 
 from vlm_ocr import samples
+from vlm_ocr.cli.local_files import folder_name, result_folders
 from vlm_ocr.cli.progress import CLEAR, PageProgress
-from vlm_ocr.contract import PageItem, PageReport
+from vlm_ocr.contract import PageItem, PageReport, check_prefix
 from vlm_ocr.prompts import PRESETS
 from vlm_ocr_lab.standins.local_endpoint import worker_environ
 
@@ -31,8 +37,14 @@ def vlm_ocr(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def write_pdf(path: Path, pages: int) -> None:
-    path.write_bytes(samples.pdf_from_pages(samples.numbered_pages(pages, lines=2)))
+def write_pdf(path: Path, pages: int, first: int = 1) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(samples.pdf_from_pages(samples.numbered_pages(pages, lines=2, first=first)))
+
+
+def reference(first: int) -> str:
+    """What `numbered_pages` writes on the page numbered `first`, and on no other."""
+    return f"Reference number {first * 7919 % 100000:05d}"
 
 
 def test_each_file_is_named_with_what_is_wrong_before_the_engine_starts(tmp_path: Path) -> None:
@@ -130,3 +142,134 @@ def test_on_a_terminal_the_line_is_redrawn_in_place_and_cleared() -> None:
         "3/3 pages (100 %), 1 failed, 0.50 pages/s, all in 6 s (a.pdf)",
         "",  # cleared before what comes next on the terminal
     ]
+
+
+def job_folders(results: Path) -> list[str]:
+    return sorted(p.name for p in results.iterdir() if not p.name.startswith("."))  # not .meta
+
+
+# file -> the first page number its text carries (each file's own text), or None: an image
+SAME_NAMES = {"合約.pdf": 1, "租約.pdf": 2, "two.pdf": 3, "sub/two.pdf": 4, "scan.pdf": 5}
+
+
+def test_each_file_has_a_folder_of_its_own_and_a_rerun_finds_it_again(tmp_path: Path) -> None:
+    for name, first in SAME_NAMES.items():
+        write_pdf(tmp_path / name, 1, first)
+    (tmp_path / "scan.png").write_bytes(png_bytes(page_image(["Invoice 42", "Total 17.50"])))
+    command = ("run", *SAME_NAMES, "scan.png", "--pages", "1", "--out", "results", "--quiet")
+    proc = vlm_ocr(*command, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # --pages cannot select a page of an image: said, and the image read whole
+    assert (
+        proc.stderr
+        == "vlm-ocr run: note: scan.png: an image, read whole: --pages is for the PDFs\n"
+    )
+    folders = job_folders(tmp_path / "results")
+    digest = re.compile(r"file-[0-9a-f]{8}")
+    assert folders[2:] == ["scan", "scan-2", "two", "two-2"], folders
+    assert all(digest.fullmatch(f) for f in folders[:2]), folders
+    said = dict(re.findall(r"^(\S+): .*\n  folder:   file://\S+/results/(\S+)", proc.stdout, re.M))
+    assert said["sub/two.pdf"] == "two-2" and said["scan.png"] == "scan-2", proc.stdout
+    assert "two-2 (not two: another file of this run has that folder)" in proc.stdout
+    for name, first in SAME_NAMES.items():  # each folder holds its own file's results alone
+        folder = tmp_path / "results" / said[name]
+        manifest = json.loads((folder / "manifest.json").read_text())
+        assert [p["source"] for p in manifest["pages"]] == [Path(name).name]
+        assert reference(first) in (folder / "document.md").read_text()
+    assert "Invoice 42" in (tmp_path / "results/scan-2/page-0001.md").read_text()
+    again = vlm_ocr(*command, "--json", cwd=tmp_path)  # the same command: the same folders
+    assert again.returncode == 0, again.stderr[-3000:]
+    results = [json.loads(r) for r in re.split(r"(?m)^(?=\{)", again.stdout) if r.strip()]
+    assert [r["prefix"] for r in results] == [said[n] for n in [*SAME_NAMES, "scan.png"]]
+    assert all(page["reused"] for r in results for page in r["pages"])
+    assert job_folders(tmp_path / "results") == folders
+
+
+def test_a_folder_name_is_what_a_key_may_hold_and_the_same_on_every_run() -> None:
+    cjk = folder_name(Path("合約.pdf"))
+    assert re.fullmatch(r"file-[0-9a-f]{8}", cjk) and cjk != folder_name(Path("租約.pdf"))
+    assert folder_name(Path("a/合約.pdf")) == cjk  # the name, not where the file lies
+    nfd = unicodedata.normalize("NFD", "Rapport été.pdf")  # as macOS spells a name
+    assert folder_name(Path(nfd)) == folder_name(Path("Rapport été.pdf"))
+    assert folder_name(Path("Rapport été.pdf")).startswith("Rapport_t-")
+    assert folder_name(Path("Case 42.pdf")) == "Case_42"  # as before: earlier results are found
+    long = folder_name(Path("x" * 250 + ".pdf"))
+    for name in (cjk, long, folder_name(Path("..pdf")), folder_name(Path("--.pdf"))):
+        check_prefix(name)  # raises when the store would refuse it
+    paths = [Path(p) for p in ("a.pdf", "sub/a.pdf", "a-2.pdf", "A.png", "a.pdf", "sub/A.PDF")]
+    # a-2.pdf keeps its own name; the same file twice is one folder; case does not tell apart
+    assert result_folders(paths) == ["a", "a-3", "a-2", "A-4", "a", "A-5"]
+
+
+def test_out_must_be_a_folder_named_before_the_engine_starts(tmp_path: Path) -> None:
+    write_pdf(tmp_path / "two.pdf", 2)
+    (tmp_path / "afile").write_text("not a folder\n")
+    accepted = "accepted: a folder to write the results in (made if it is not there)"
+    said = {
+        "": "--out: '' is empty (an unset shell variable?); ",
+        "afile": "--out: afile is a file, not a folder; ",
+        "afile/sub": f"--out: {tmp_path / 'afile'} is a file, so afile/sub cannot be made; ",
+    }
+    for out, line in said.items():
+        proc = vlm_ocr("run", "two.pdf", "--out", out, cwd=tmp_path)
+        assert proc.returncode == 2 and proc.stdout == ""
+        assert proc.stderr == f"vlm-ocr run: {line}{accepted}\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "two.pdf"]  # nothing written
+
+
+def test_pages_with_images_alone_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "scan.png").write_bytes(png_bytes(page_image(["Invoice 42"])))
+    proc = vlm_ocr("run", "scan.png", "--pages", "2", "--out", "results", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == (
+        "vlm-ocr run: --pages: selects pages of PDFs, and no file given is a PDF; an image is "
+        "read whole: leave --pages out\n"
+    )
+    assert not (tmp_path / "results").exists()
+
+
+def test_ctrl_c_stops_in_one_line_and_the_same_command_goes_on(tmp_path: Path) -> None:
+    write_pdf(tmp_path / "long.pdf", 8)
+    command = [sys.executable, "-m", "vlm_ocr", "run", "long.pdf", "--out", "results"]
+    proc = subprocess.Popen(
+        [*command, "--progress-every", "0"],
+        cwd=tmp_path,
+        env=worker_environ(MAX_PIXELS=str(TEST_PIXELS)),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own group, as a terminal's foreground job is
+    )
+    try:
+        assert proc.stderr is not None
+        before = []
+        for line in proc.stderr:  # the first page stored: Ctrl-C, to every process of the group
+            before.append(line)
+            if line.startswith("vlm-ocr run: 1/8 pages"):
+                os.killpg(proc.pid, signal.SIGINT)
+                break
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, "".join(before) + err
+    assert out == "" and "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    said = re.fullmatch(
+        r"vlm-ocr run: interrupted: (\d+) of 8 pages stored; run the same command again to go "
+        r"on \(the pages stored are reused, not read again\)\n",
+        err,
+    )
+    assert said and int(said[1]) >= 1, err
+    stored = len(list((tmp_path / "results/long").glob("page-*.md")))
+    assert stored >= int(said[1])
+    again = subprocess.run(
+        [*command, "--json", "--quiet"],
+        cwd=tmp_path,
+        env=worker_environ(MAX_PIXELS=str(TEST_PIXELS)),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    result = json.loads(again.stdout)
+    assert result["totals"]["ok"] == 8 and result["totals"]["reused"] >= stored

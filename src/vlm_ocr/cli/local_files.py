@@ -1,11 +1,15 @@
 """What `vlm-ocr run` checks before it starts the engine, and says in the words the user typed:
 each file (there, a file, a PDF or an image, within the size and pixel limits, the PDF readable
-and `--pages` selecting some of it) and the options (`--pages`, `--max-pixels`, … as the job's
-fields check them). The engine's start costs seconds to minutes; a typo should not."""
+and `--pages` selecting some of it), the options (`--pages`, `--max-pixels`, … as the job's
+fields check them) and the results folder `--out`. The engine's start costs seconds to minutes;
+a typo should not. Each file's folder in the store is named here too (`result_folders`)."""
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -29,6 +33,10 @@ OPTION_OF_FIELD = {
 }
 # The field of the file itself: the line that reports it already names the file.
 _SOURCE_FIELD = re.compile(r"input\.(?:pdf|images\[0\])(?:\.base64)?: ")
+# What a job's output_prefix may hold (contract.check_prefix): anything else becomes one '_'.
+_NOT_IN_A_KEY = re.compile(r"[^A-Za-z0-9._-]+")
+FOLDER_CHARS = 100  # of the name kept in a folder's name; the prefix may have 200
+OUT_ACCEPTED = "accepted: a folder to write the results in (made if it is not there)"
 
 
 @dataclass(frozen=True)
@@ -100,3 +108,69 @@ def in_our_words(text: str) -> str:
     for field, option in OPTION_OF_FIELD.items():
         text = text.replace(f"{field}: ", f"{option}: ")
     return text
+
+
+def folder_name(path: Path) -> str:
+    """The file's results folder as a stored key may spell it: the name without its extension,
+    letters A-Z, digits, '.', '_' and '-' kept and anything else one '_'. A name that loses
+    letters on the way (合約, été) or is cut short gets 8 hex digits of the whole name, so that
+    合約.pdf and 租約.pdf stay apart, and the same name gets the same folder on every run."""
+    stem = unicodedata.normalize("NFC", path.stem)  # macOS spells é as e and an accent
+    kept = _NOT_IN_A_KEY.sub("_", stem).strip("._-")
+    lost = any(c.isalnum() and not c.isascii() for c in stem) or len(kept) > FOLDER_CHARS
+    if not lost:
+        return kept or "file"
+    digest = hashlib.sha256(stem.encode()).hexdigest()[:8]
+    return f"{kept[:FOLDER_CHARS].rstrip('._-') or 'file'}-{digest}"
+
+
+def result_folders(paths: list[Path]) -> list[str]:
+    """Each file's results folder, in the order given. Two files of one run never share one:
+    the first keeps its name, a later one of the same name (two.pdf and sub/two.pdf, scan.png
+    and scan.pdf) takes the name with -2, -3, … (a file given twice is one folder). The same
+    command gets the same folders again, so a re-run finds and reuses what is stored."""
+    names = [folder_name(path) for path in paths]
+    own = {name.casefold() for name in names}  # a folder on macOS is the same in any case
+    taken: set[str] = set()
+    by_file: dict[Path, str] = {}
+    folders = []
+    for path, name in zip(paths, names, strict=True):
+        folder = by_file.get(path.resolve())
+        n = 1
+        while folder is None:
+            candidate = name if n == 1 else f"{name}-{n}"
+            key = candidate.casefold()
+            if key not in taken and (n == 1 or key not in own):
+                folder = candidate
+            n += 1
+        taken.add(folder.casefold())
+        by_file[path.resolve()] = folder
+        folders.append(folder)
+    return folders
+
+
+def check_out(out: str) -> str | None:
+    """What is wrong with `--out`, or None; before the engine starts, and creating nothing."""
+    if not out.strip():
+        return f"--out: {out!r} is empty (an unset shell variable?); {OUT_ACCEPTED}"
+    path = Path(out)
+    if path.exists() and not path.is_dir():
+        return f"--out: {out} is a file, not a folder; {OUT_ACCEPTED}"
+    there = next(p for p in (path.absolute(), *path.absolute().parents) if p.exists())
+    if not there.is_dir():
+        return f"--out: {there} is a file, so {out} cannot be made; {OUT_ACCEPTED}"
+    if not os.access(there, os.W_OK | os.X_OK):
+        return f"--out: {there} cannot be written (permission denied); {OUT_ACCEPTED}"
+    return None
+
+
+def pages_unused(pages: str | None, files: list[LocalFile]) -> tuple[str | None, list[str]]:
+    """`--pages` selects pages of PDFs; an image is read whole. The problem when no file is a
+    PDF (the option would do nothing), else a note for each image it does not apply to."""
+    images = [f.path for f in files if f.kind == "image"]
+    if pages is None or not images:
+        return None, []
+    if len(images) == len(files):
+        refused = "--pages: selects pages of PDFs, and no file given is a PDF; an image is read"
+        return f"{refused} whole: leave --pages out", []
+    return None, [f"{path}: an image, read whole: --pages is for the PDFs" for path in images]

@@ -9,7 +9,7 @@ vlm-ocr review RESULTS -o FILE    one HTML page to review a job's pages on
 Each command is a module of this package with its own `add_arguments`. The benchmarks and the
 evaluation are the lab's (`vlm-ocr-lab`), not the product's. A user's mistake is said in one
 line with exit status 2 (`usage`); anything else unexpected in one line too, unless
-LOG_LEVEL=DEBUG asks for the traceback.
+LOG_LEVEL=DEBUG asks for the traceback; Ctrl-C in one line too, with exit status 130.
 """
 
 from __future__ import annotations
@@ -21,12 +21,13 @@ import os
 import sys
 from importlib import metadata
 
-from ..errors import ConfigError
+from ..errors import ConfigError, EngineError
 from ..settings import Settings
 from . import plan, review, run, show, submit
 from .usage import USAGE_STATUS, Parser, UsageError, say
 
 DISTRIBUTION = "runpod-vlm-ocr"
+INTERRUPTED_STATUS = 130  # a shell's status for a command ended by Ctrl-C (128 + SIGINT)
 
 
 def version() -> str:
@@ -75,6 +76,12 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"{command}: the settings cannot work: {exc}", file=sys.stderr)
         return USAGE_STATUS
+    except EngineError as exc:  # its message is already the user's line (the engine's own words)
+        print(f"{command}: the engine did not start or answer: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:  # Ctrl-C outside a command's own handling of it
+        print(f"{command}: interrupted", file=sys.stderr)
+        return INTERRUPTED_STATUS
     except Exception as exc:  # the backstop: a known mistake has its own message above
         if settings.job.log_level == "DEBUG":
             raise

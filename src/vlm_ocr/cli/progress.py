@@ -56,6 +56,11 @@ class PageProgress:
             self.stream.flush()
             self.last = now
 
+    @property
+    def stored(self) -> int:
+        """Pages stored so far (ok or blank), over all the files."""
+        return self.done - self.failed
+
     def _draw(self, now: float) -> None:
         self.stream.write(CLEAR + self.line(now))
         self.stream.flush()

@@ -4,27 +4,46 @@ one the handler would use: the bucket when bucket settings are present, else `OU
 `--out DIR` asks for a local folder.
 
 The files and options are checked before the engine starts (`local_files`), and errors name the
-file or the option the user gave. While pages are read, progress goes to stderr (`progress`)."""
+file or the option the user gave. Each file gets a folder of its own, named from its name
+(`local_files.result_folders`). While pages are read, progress goes to stderr (`progress`).
+Ctrl-C stops the run where it is: one line says how many pages are stored, which the same
+command reuses when run again; a second Ctrl-C leaves at once."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import base64
 import json
 import logging
 import math
-import re
+import os
+import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..contract import JobResult
 from ..settings import Settings
-from .local_files import LocalFile, check_file, check_options, file_kind, in_our_words
+from .local_files import (
+    LocalFile,
+    check_file,
+    check_options,
+    check_out,
+    file_kind,
+    folder_name,
+    in_our_words,
+    pages_unused,
+    result_folders,
+)
 from .progress import PageProgress
 from .usage import prompt_help
 
+if TYPE_CHECKING:
+    from ..pipeline.worker import Worker
+
 PROGRESS_EVERY_S = 30.0  # a line this often when stderr is not a terminal
+INTERRUPTED_STATUS = 130  # a shell's status for a command ended by Ctrl-C (128 + SIGINT)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -33,11 +52,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--out",
-        type=Path,
-        help="local results folder (default: the store "
-        "the settings select: the bucket if configured, else OUTPUT_DIR)",
+        metavar="DIR",
+        help="local results folder, each file in a folder of its own named from the file's name "
+        "(default: the store the settings select: the bucket if configured, else OUTPUT_DIR)",
     )
-    p.add_argument("--pages", help='page selection for PDFs, e.g. "1-3,7" or "5-"')
+    p.add_argument(
+        "--pages", help='page selection for PDFs, e.g. "1-3,7" or "5-" (an image is read whole)'
+    )
     p.add_argument("--prompt", help=prompt_help("the pages are read with"))
     p.add_argument("--max-pixels", type=int, help="page pixel budget (width × height)")
     p.add_argument(
@@ -69,9 +90,7 @@ def job_for_file(path: Path, *, output_prefix: str | None = None, **options: Any
     its header, anything else as an image."""
     source = {"base64": base64.b64encode(path.read_bytes()).decode(), "name": path.name}
     job: dict[str, Any] = {"pdf": source} if file_kind(path) == "pdf" else {"images": [source]}
-    job["output_prefix"] = output_prefix or (
-        re.sub(r"[^A-Za-z0-9._-]+", "_", path.stem).strip("._-") or "file"
-    )
+    job["output_prefix"] = output_prefix or folder_name(path)
     return job | {k: v for k, v in options.items() if v is not None}
 
 
@@ -87,55 +106,117 @@ def job_options(args: argparse.Namespace) -> dict[str, Any]:
     return {k: v for k, v in options.items() if v is not None}
 
 
-def check(settings: Settings, args: argparse.Namespace) -> tuple[list[LocalFile], list[str]]:
-    """The files ready to run, and every problem of the files and options, one line each."""
+def check(
+    settings: Settings, args: argparse.Namespace
+) -> tuple[list[LocalFile], list[str], list[str]]:
+    """The files ready to run, every problem of the files and options (one line each), and the
+    notes on options that do not apply to some files."""
     problems = check_options(job_options(args), settings.job.max_pages_per_job)
+    if args.out is not None and (wrong := check_out(args.out)):
+        problems.append(wrong)
     if args.progress_every < 0:
         problems.append(f"--progress-every: got {args.progress_every:g}; accepted: 0 or more")
     pages = None if problems else args.pages  # a bad selection is said once, not per file
     checked = [check_file(path, pages, settings) for path in args.files]
     problems += [f for f in checked if isinstance(f, str)]
-    return [f for f in checked if isinstance(f, LocalFile)], problems
+    files = [f for f in checked if isinstance(f, LocalFile)]
+    if problems:
+        return files, problems, []
+    refused, notes = pages_unused(args.pages, files)
+    return files, [refused] if refused else [], notes
 
 
 async def run_main(settings: Settings, args: argparse.Namespace) -> int:
-    from ..pipeline.worker import start_worker
+    from ..pipeline.worker import build_worker
 
-    files, problems = check(settings, args)
+    files, problems, notes = check(settings, args)
     for problem in problems:  # all of them, before the engine starts
         print(f"vlm-ocr run: {problem}", file=sys.stderr)
     if problems:
         return 2
+    for note in notes:
+        print(f"vlm-ocr run: note: {note}", file=sys.stderr)
     if args.quiet:
         logging.getLogger().setLevel(logging.WARNING)
-    worker = await start_worker(settings, out_dir=args.out)
+    worker = build_worker(settings, out_dir=Path(args.out) if args.out is not None else None)
     progress = PageProgress(
         sum(f.pages for f in files),
         sys.stderr,
         live=sys.stderr.isatty() and not args.quiet,
         every_s=math.inf if args.quiet else args.progress_every,
     )
-    failed = 0
+    stop = Interrupt(asyncio.current_task(), progress)
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGINT, stop)
     try:
-        for file in files:
-            options = job_options(args)
-            if file.kind == "image":
-                options.pop("pages", None)
-            progress.file(file.path.name)
-            result = await worker.run(file.path.stem, job_for_file(file.path, **options), progress)
-            failed += bool(result.error)
-            progress.clear()
-            if args.json:
-                print(json.dumps(result.wire(), ensure_ascii=False, indent=2), flush=True)
-            else:
-                print(summary(file.path, result, worker.store.uri), flush=True)
+        await worker.start()
+        failed = await run_files(worker, files, args, progress)
+    except asyncio.CancelledError:
+        if not stop.pressed:
+            raise
+        stop.task.uncancel()
+        stop.say()
+        return INTERRUPTED_STATUS
     finally:
+        loop.remove_signal_handler(signal.SIGINT)
         progress.clear()
         await worker.close()
     return 1 if failed else 0
 
 
-def summary(path: Path, result: JobResult, uri: Any) -> str:
+async def run_files(
+    worker: Worker, files: list[LocalFile], args: argparse.Namespace, progress: PageProgress
+) -> int:
+    """Each file as one job in its own folder, in turn, its summary printed as it ends; how
+    many failed."""
+    failed = 0
+    for file, folder in zip(files, result_folders([f.path for f in files]), strict=True):
+        options = job_options(args)
+        if file.kind == "image":
+            options.pop("pages", None)
+        progress.file(file.path.name)
+        job = job_for_file(file.path, output_prefix=folder, **options)
+        result = await worker.run(file.path.stem, job, progress)
+        failed += bool(result.error)
+        progress.clear()
+        if args.json:
+            print(json.dumps(result.wire(), ensure_ascii=False, indent=2), flush=True)
+        else:
+            shared = folder != folder_name(file.path)
+            print(summary(file.path, result, worker.store.uri, shared=shared), flush=True)
+    return failed
+
+
+class Interrupt:
+    """The SIGINT handler: the first Ctrl-C cancels the run (the pages stored stay stored); a
+    second one says the same line and leaves at once."""
+
+    def __init__(self, task: asyncio.Task[Any] | None, progress: PageProgress) -> None:
+        assert task is not None  # made in a coroutine
+        self.task, self.progress = task, progress
+        self.pressed = False
+
+    def __call__(self) -> None:
+        if self.pressed:
+            self.say()
+            os._exit(INTERRUPTED_STATUS)  # the child processes end with this one (PDEATHSIG)
+        self.pressed = True
+        self.task.cancel()
+
+    def say(self) -> None:
+        self.progress.clear()
+        print(
+            f"vlm-ocr run: interrupted: {self.progress.stored} of {self.progress.total} pages "
+            "stored; run the same command again to go on (the pages stored are reused, not read "
+            "again)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def summary(path: Path, result: JobResult, uri: Any, *, shared: bool = False) -> str:
+    """The file's outcome: its pages, where they are, and its folder (`shared`: another file of
+    the run has the same name, and took the name first)."""
     if not result.pages:
         return f"{path}: FAILED: {in_our_words(result.error or '')}"
     t = result.totals
@@ -143,6 +224,8 @@ def summary(path: Path, result: JobResult, uri: Any) -> str:
         f"{path}: {t.ok}/{t.pages} pages ok, {t.chars} characters, "
         f"{result.timings['total_s']:.1f} s -> {uri(result.manifest_key or result.prefix)}"
     ]
+    note = f" (not {folder_name(path)}: another file of this run has that folder)" if shared else ""
+    lines.append(f"  {'folder:':<10}{uri(result.prefix)}{note}")
     for page in result.pages:
         lines.append(
             f"  page {page.page:>4}  {page.status:<6} {page.key or in_our_words(page.error or '')}"

@@ -121,10 +121,14 @@ def fraction(text: str) -> float:
 
 
 def prompt_help(what: str) -> str:
-    """Help for a `--prompt` argument: the presets, from prompts.py."""
+    """Help for a `--prompt` argument: the presets, from prompts.py, and the setting that
+    chooses one when the option is not given."""
     from ..prompts import PRESETS
+    from ..settings import JobSettings
 
+    default = JobSettings.model_fields["default_prompt"].default
     return (
-        f"the prompt preset {what}: one of {', '.join(sorted(PRESETS))} (default: PROMPT's; a "
-        "model family with a prompt of its own takes none)"
+        f"the prompt preset {what}: one of {', '.join(sorted(PRESETS))} (default: the "
+        f"DEFAULT_PROMPT setting, {default} unless set; a model family with a prompt of its own "
+        "takes none)"
     )

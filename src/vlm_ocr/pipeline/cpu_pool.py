@@ -5,7 +5,9 @@ XObjects, a huge image) and a thread cannot be stopped. So that work runs in chi
 event loop hands a task to an idle child and awaits its answer on the pipe without blocking, and a
 task that outlives its deadline is killed with its process, which is replaced. Children are
 started with `spawn` (the worker has threads, which `fork` would copy half-way) and may be given
-an address-space limit, so a page that asks for too much memory fails alone.
+an address-space limit, so a page that asks for too much memory fails alone. They ignore Ctrl-C
+(a terminal sends it to every process of its foreground group): the parent decides what it means
+and ends them, and none of them prints a traceback of its own.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ import contextlib
 import logging
 import multiprocessing
 import os
-from collections.abc import Callable
+import signal
+import threading
+from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, TypeVar
@@ -45,11 +49,11 @@ def _serve(conn: Connection, memory_limit: int) -> None:
     """A child's life: run tasks until the pipe closes. A PageError travels back as itself;
     anything else as its type name only (no paths or tracebacks leave the child)."""
     import ctypes
-    import signal
 
     from . import render  # noqa: F401  (loaded before the limit: the limit is for the work)
 
     ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # die with the worker, even mid-render
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if memory_limit:
         import resource
 
@@ -72,13 +76,28 @@ def _serve(conn: Connection, memory_limit: int) -> None:
             conn.send(("failed", type(exc).__name__))
 
 
+@contextlib.contextmanager
+def _deaf_to_ctrl_c() -> Iterator[None]:
+    """SIGINT ignored while a child starts: an ignored signal stays ignored across its exec, so
+    a Ctrl-C before `_serve` runs cannot reach it either (only the main thread may do this)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
 class _Child:
     def __init__(self, ctx: Any, memory_limit: int) -> None:
         self.conn, child_end = ctx.Pipe()
         self.proc = ctx.Process(
             target=_serve, args=(child_end, memory_limit), name="vlm-ocr-cpu", daemon=True
         )
-        self.proc.start()
+        with _deaf_to_ctrl_c():
+            self.proc.start()
         child_end.close()
 
     def kill(self) -> None:

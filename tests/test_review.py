@@ -33,7 +33,7 @@ from vlm_ocr_lab.standins.fakes import FakeEngine
 from vlm_ocr_lab.standins.local_endpoint import worker_environ
 from vlm_ocr_lab.standins.loopback_s3 import LoopbackS3, s3_client
 
-from .support import b64, make_settings, new_worker, page_image, png_bytes, run_job
+from .support import b64, make_settings, new_worker, page_image, pdf_job, png_bytes, run_job
 from .support.browser import Browser
 
 NOTICE = [
@@ -361,6 +361,30 @@ def test_a_picture_lands_on_the_page_the_job_read_it_for_never_by_its_place(
     assert "<img" not in html
     for n in (1, 2, 3):
         assert f"the job recorded no file name for page {n}" in picture_of(html, n)[1]
+
+
+def test_a_page_whose_stored_files_are_gone_is_shown_as_needing_attention_saying_why(
+    tmp_path: Path, run
+) -> None:
+    result = run(pdf_job([samples.LEGAL_PAGES[0], samples.LEGAL_PAGES[1]], "gone"))
+    assert [p.status for p in result.pages] == ["ok", "ok"], result.pages
+    for name in ("page-0001.md", "page-0001.json"):  # deleted after the job
+        (tmp_path / "out/gone" / name).unlink()
+    proc = review("out/gone", "-o", "gone.html", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "2 of 2 pages shown (1 needing attention)" in proc.stdout
+    assert (
+        "page 1: a file the job stored for it is missing or cannot be read (its section says which)"
+    ) in proc.stdout
+    html = (tmp_path / "gone.html").read_text(encoding="utf-8")
+    first = html.index("<article ")  # shown first, under its heading, flagged
+    assert html[:first].endswith("<h2>Needs attention (1)</h2>")
+    assert html[first:].startswith('<article class="page attention missing" id="page-1"')
+    _, article = picture_of(html, 1)
+    assert '<span class="flag missing"' in article
+    assert "its text (gone/page-0001.md) could not be read: no page-0001.md under" in article
+    assert "its blocks (gone/page-0001.json) could not be read" in article
+    assert 'class="missing" href="#page-1"' in html  # its chip in the index
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import pymupdf
 import pytest
 from PIL import Image, ImageDraw, ImageFont
 
@@ -157,3 +158,129 @@ def test_show_and_review_take_the_same_arguments_for_the_same_things(
             "--images: no such folder: nowhere; accepted: the folder of the "
             "images the job read, under the names it gave them\n"
         ), err
+
+
+# --- the document given, checked against the job's own record ------------------------------------
+
+
+def write_read_job(
+    root: Path, name: str, source: str, size: tuple[int, int], pdf_size: tuple[float, float] | None
+) -> Path:
+    """A one-page job's results in `root/name`, as the worker writes them for a page it read
+    from `source` at `size` pixels: a PDF's page (its size in points, `pdf_size`) or an image
+    (None)."""
+    job = root / name
+    job.mkdir(parents=True)
+    block = Block(kind="text", box=(100, 100, 900, 300), content="Article 1 shall apply.")
+    doc = PageBlocks(
+        page=1,
+        width=size[0],
+        height=size[1],
+        pdf_size=pdf_size,
+        source="rapidocr",
+        labelled=True,
+        blocks=[block],
+    )
+    (job / "page-0001.json").write_text(doc.model_dump_json())
+    (job / "page-0001.md").write_text(block.content or "")
+    report = PageReport(
+        page=1,
+        source=source,
+        status="ok",
+        key=f"{name}/page-0001.md",
+        width=size[0],
+        height=size[1],
+        blocks=1,
+        blocks_key=f"{name}/page-0001.json",
+    )
+    result = JobResult(job_id=name, status="ok", prefix=name, pages=[report])
+    (job / "manifest.json").write_text(result.model_dump_json())
+    return job
+
+
+def write_pdf(path: Path, width: float, height: float) -> Path:
+    with pymupdf.open() as pdf:
+        pdf.new_page(width=width, height=height).insert_text((72, 100), "Article 1 shall apply.")
+        pdf.save(path)
+    return path
+
+
+def pixels(path: Path) -> bytes:
+    with Image.open(path) as image:
+        return image.tobytes()
+
+
+def test_a_document_other_than_the_jobs_is_said_and_not_drawn_under_its_blocks(
+    tmp_path: Path, capsys
+) -> None:
+    two = write_pdf(tmp_path / "two.pdf", 595, 842)
+    landscape = write_pdf(tmp_path / "landscape.pdf", 842, 595)
+    job = write_read_job(tmp_path / "r1", "two", "two.pdf", (1064, 1505), (595, 842))
+    blank = show.draw(PageBlocks.model_validate_json((job / "page-0001.json").read_text()))
+    out = tmp_path / "page.png"
+    show_page = ["show", str(job), "--page", "1", "-o", str(out)]
+    # The job's own PDF: its page under the blocks, and nothing to say of it.
+    assert cli.main([*show_page, "--pdf", str(two)]) == 0
+    said = capsys.readouterr().out
+    assert "not the size" not in said and "blank page" not in said, said
+    assert pixels(out) != blank.tobytes()
+    # Another PDF, its page landscape: said plainly, and not stretched under the blocks.
+    assert cli.main([*show_page, "--pdf", str(landscape)]) == 0
+    said = capsys.readouterr().out
+    assert "the job read two.pdf: its pages are drawn from landscape.pdf" in said
+    wrong = (
+        "page 1 of landscape.pdf is 842×595 pt, landscape, not the size of the page the job "
+        "read (595×842 pt, portrait)"
+    )
+    assert f"{wrong}; give the document the job read; its blocks are drawn on a blank page" in said
+    assert pixels(out) == blank.tobytes()
+    # review, given the same: the same words, in its summary and in place of the picture.
+    html = tmp_path / "review.html"
+    assert cli.main(["review", str(job), "--pdf", str(landscape), "-o", str(html)]) == 0
+    assert "the job read two.pdf: its pages are drawn from landscape.pdf" in capsys.readouterr().out
+    written = html.read_text(encoding="utf-8")
+    assert wrong in written and "<img" not in written
+
+
+def test_a_pdf_given_for_a_job_that_read_an_image_is_said_whatever_the_images_name(
+    tmp_path: Path, capsys
+) -> None:
+    two = write_pdf(tmp_path / "two.pdf", 595, 842)
+    job = write_read_job(tmp_path / "r2", "scan", "scan.pdf", (827, 1170), None)
+    out = tmp_path / "page.png"
+    show_page = ["show", str(job), "--page", "1", "-o", str(out)]
+    assert cli.main([*show_page, "--pdf", str(two)]) == 0
+    assert (
+        "page 1: no picture: the job read page 1 from an image (scan.pdf), not from a PDF's "
+        "page; give --images DIR, the folder holding it; its blocks are drawn on a blank page"
+    ) in capsys.readouterr().out
+    # The image itself, by the name the job read it under: drawn when it is of the page's
+    # shape, said when it is not.
+    scans = tmp_path / "scans"
+    scans.mkdir()
+    Image.new("RGB", (827, 1170), "white").save(scans / "scan.pdf", format="PNG")
+    assert cli.main([*show_page, "--images", str(scans)]) == 0
+    assert "blank page" not in capsys.readouterr().out
+    Image.new("RGB", (1170, 827), "white").save(scans / "scan.pdf", format="PNG")
+    assert cli.main([*show_page, "--images", str(scans)]) == 0
+    assert (
+        "page 1: no picture: scan.pdf is 1170×827 pixels, landscape, not the shape of the page "
+        "the job read (827×1170 pixels, portrait)"
+    ) in capsys.readouterr().out
+
+
+def test_a_folder_holding_job_folders_names_them(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    write_read_job(tmp_path / "r1", "two", "two.pdf", (1064, 1505), (595, 842))
+    for command in (["show", "r1", "--page", "1"], ["review", "r1"]):
+        assert cli.main(command) == 2
+        assert capsys.readouterr().err.endswith(
+            "RESULTS: r1 holds no manifest.json, but the job folder r1/two is inside it: give "
+            "that as RESULTS\n"
+        )
+    write_read_job(tmp_path / "r1", "three", "three.pdf", (1064, 1505), (595, 842))
+    assert cli.main(["show", "r1", "--page", "1"]) == 2
+    assert capsys.readouterr().err.endswith(
+        "RESULTS: r1 holds no manifest.json, but job folders are inside it: give one of them as "
+        "RESULTS (r1/three, r1/two)\n"
+    )

@@ -7,7 +7,8 @@ else from the bucket when the job's input was a key there (its pages' `source` s
 A page's report names its source: the file's name (a job's `name`, the last part of its URL or
 bucket key) or `base64` when none was given; an image is found in `--images DIR` by that name,
 and a PDF's page by its number in the PDF. A page whose picture cannot be told says why on the
-page, and its blocks are drawn on a blank sheet."""
+page, and its blocks are drawn on a blank sheet; so does a picture that cannot be the page the job
+read (a PDF's page where the job read an image, a page of another size or shape)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from urllib.parse import unquote, urlsplit
 import pymupdf
 from PIL import Image, ImageOps
 
+from ..blocks import PageBlocks
 from ..contract import PageReport
 from ..errors import StorageError
 from ..pipeline.render import is_image_file
@@ -29,6 +31,10 @@ from ..storage import BucketInputs, ObjectMissing
 from .usage import UsageError, input_file, input_folder
 
 SIDE = 1100  # pixels: the longer side of a page's picture in the review (the screen's)
+# How far a picture's shape may stray from the page the job read: the image read fits the
+# engine's budget, and a model's grid rounds each side by up to half a cell.
+SHAPE_TOLERANCE = 0.05
+POINTS_TOLERANCE = 0.01  # a PDF page's size in points, as the job recorded it
 JPEG_QUALITY = 75
 PDF_ACCEPTED = "the PDF the job read"
 IMAGES_ACCEPTED = "the folder of the images the job read, under the names it gave them"
@@ -96,19 +102,24 @@ class Pictures:
     otherwise: str = "no picture of this page: its document was not given (--pdf or --images)"
 
     def image(
-        self, page: PageReport, size: tuple[int, int] | None
+        self, page: PageReport, size: tuple[int, int] | None, blocks: PageBlocks | None = None
     ) -> tuple[Image.Image | None, str]:
         """The page's picture, turned as the worker read it, of `size` (the image the worker
-        read: the blocks' boxes are in its pixels), or None and why."""
+        read: the blocks' boxes are in its pixels), or None and why; None too when the picture
+        found cannot be the page the job read (`not_the_page`)."""
         where = self.pages.get(page.page)
         if where is None:
             return None, self.missing.get(page.page, self.otherwise)
         try:
+            if why := not_the_page(where, page, blocks):
+                return None, why
             return source_page(where.path, where.number, size or _size_of(where), page.rotated), ""
         except (OSError, ValueError, RuntimeError, IndexError, Image.DecompressionBombError) as exc:
             return None, f"the page could not be drawn from {where.path.name}: {exc}"
 
-    def jpeg(self, page: PageReport, size: tuple[int, int] | None) -> tuple[bytes | None, str]:
+    def jpeg(
+        self, page: PageReport, size: tuple[int, int] | None, blocks: PageBlocks | None = None
+    ) -> tuple[bytes | None, str]:
         """The page's picture as a JPEG of the shape of `size`, at most SIDE pixels long."""
         where = self.pages.get(page.page)
         if where is not None and size is None:
@@ -119,7 +130,7 @@ class Pictures:
         if size is not None:
             scale = min(1.0, SIDE / max(size))
             size = (max(1, round(size[0] * scale)), max(1, round(size[1] * scale)))
-        image, why = self.image(page, size)
+        image, why = self.image(page, size, blocks)
         if image is None:
             return None, why
         buf = io.BytesIO()
@@ -132,7 +143,7 @@ def source_page(
 ) -> Image.Image:
     """Page `number` of a PDF (an image file is its one page) as the worker read it: turned
     `rotated` degrees clockwise, at `size` (the read image's, or one of its shape)."""
-    if source.suffix.lower() == ".pdf" or _is_pdf(source):
+    if _is_pdf(source):
         with pymupdf.open(source, filetype="pdf") as pdf:
             page = pdf[number - 1]
             sideways = (rotated or 0) % 180
@@ -149,12 +160,64 @@ def source_page(
 
 
 def _size_of(where: Where) -> tuple[int, int]:
-    if where.path.suffix.lower() == ".pdf" or _is_pdf(where.path):
+    width, height = _natural_size(where)
+    return round(width), round(height)
+
+
+def _natural_size(where: Where) -> tuple[float, float]:
+    """A PDF page's size in points, an image's in pixels (upright by its EXIF orientation, as
+    the worker reads it)."""
+    if _is_pdf(where.path):
         with pymupdf.open(where.path, filetype="pdf") as pdf:
             rect = pdf[where.number - 1].rect
-            return round(rect.width), round(rect.height)
+            return rect.width, rect.height
     with Image.open(where.path) as image:
-        return image.size
+        return ImageOps.exif_transpose(image).size
+
+
+def not_the_page(where: Where, page: PageReport, blocks: PageBlocks | None) -> str:
+    """Why the picture at `where` cannot be the page the job read, or "": the job read an image
+    where this is a PDF's page (its blocks have no size in points), or this page's size in
+    points (against the PDF page's the blocks recorded) or its shape (against the image read,
+    as the manifest recorded it) is not that page's. A picture of another page would lie under
+    the blocks, stretched to their page."""
+    pdf = _is_pdf(where.path)
+    if pdf and blocks is not None and blocks.pdf_size is None:
+        name = recorded_name(page)
+        return (
+            f"no picture: the job read page {page.page} from an image"
+            f"{f' ({name})' if name else ''}, not from a PDF's page; give --images DIR, the "
+            "folder holding it"
+        )
+    given = _natural_size(where)
+    what = f"page {where.number} of {where.path.name}" if pdf else where.path.name
+    if pdf and blocks is not None and blocks.pdf_size is not None:
+        read = blocks.pdf_size
+        if all(abs(a - b) <= POINTS_TOLERANCE * b for a, b in zip(given, read, strict=True)):
+            return ""
+        return (
+            f"no picture: {what} is {_shape(given, 'pt')}, not the size of the page the job "
+            f"read ({_shape(read, 'pt')}); give the document the job read"
+        )
+    width, height = (blocks.width, blocks.height) if blocks else (page.width, page.height)
+    if not width or not height:
+        return ""  # the job recorded nothing to tell it by
+    sideways = bool((page.rotated or 0) % 180)  # the picture is turned as the job turned it
+    turned_ratio = given[1] / given[0] if sideways else given[0] / given[1]
+    if abs(turned_ratio - width / height) <= SHAPE_TOLERANCE * width / height:
+        return ""
+    turn = f" (turned {page.rotated}° as the job read it)" if sideways else ""
+    return (
+        f"no picture: {what} is {_shape(given, 'pt' if pdf else 'pixels')}{turn}, not the shape "
+        f"of the page the job read ({_shape((width, height), 'pixels')}); give the document "
+        "the job read"
+    )
+
+
+def _shape(size: tuple[float, float], unit: str) -> str:
+    width, height = size
+    kind = "landscape" if width > height else "portrait" if height > width else "square"
+    return f"{round(width)}×{round(height)} {unit}, {kind}"
 
 
 def recorded_name(page: PageReport) -> str | None:

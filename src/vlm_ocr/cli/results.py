@@ -59,6 +59,22 @@ def one_line(exc: ValueError) -> str:
     return str(exc).splitlines()[0]
 
 
+def jobs_below(path: Path, named: int = 5) -> str:
+    """The job folders one level below `path` (`vlm-ocr run --out DIR` makes one per file), as
+    the rest of a sentence saying to give one; "" when there are none."""
+    try:
+        found = sorted(d for d in path.iterdir() if (d / "manifest.json").is_file())
+    except OSError:
+        return ""
+    if not found:
+        return ""
+    if len(found) == 1:
+        return f", but the job folder {found[0]} is inside it: give that as RESULTS"
+    more = f" and {len(found) - named:,} more" if len(found) > named else ""
+    listed = ", ".join(str(d) for d in found[:named])
+    return f", but job folders are inside it: give one of them as RESULTS ({listed}{more})"
+
+
 class ResultsError(Exception):
     """The job's results cannot be read; the message says where and why."""
 
@@ -94,7 +110,8 @@ class Results:
         if (path / "manifest.json").is_file():
             return cls(LocalStore(path), "manifest.json", folder=True)
         if path.is_dir() or folder is not None:
-            raise UsageError("RESULTS", f"{path} holds no manifest.json; accepted: {ACCEPTED}")
+            said = jobs_below(path) or f"; accepted: {ACCEPTED}"
+            raise UsageError("RESULTS", f"{path} holds no manifest.json{said}")
         if path.is_file():
             raise UsageError("RESULTS", f"{path} is a file; accepted: {ACCEPTED}")
         return cls(store, JobKeys(store.key_prefix + results.strip("/")).manifest, folder=False)

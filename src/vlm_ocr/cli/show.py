@@ -6,6 +6,8 @@ RESULTS, `--pdf` and `--images` are `vlm-ocr review`'s: the job's folder or its 
 store, and the document it read, its page found by what the job recorded (`pictures`). The page
 itself is not stored: without its document the blocks are drawn on a blank page with the start
 of their text, in a font that has the text's characters (`fonts`), which still shows the layout.
+So they are when the document given cannot be the one the job read (`pictures.not_the_page`);
+what review says of the pictures is said here too.
 """
 
 from __future__ import annotations
@@ -83,14 +85,19 @@ async def show_main(settings: Settings, args: argparse.Namespace) -> int:
         max_bytes = settings.fetch.max_download_bytes
         found = await pictures.find(args, [report], inputs, Path(tmp), max_bytes)
         size = (view.blocks.width, view.blocks.height)
-        page, why = found.image(report, size)
-    if why:
-        print(f"vlm-ocr show: page {args.page}: {why}; its blocks are drawn on a blank page")
+        page, why = found.image(report, size, view.blocks)
     try:
         draw(view.blocks, page).save(out)
     except OSError as exc:
         raise UsageError("--out", f"{out} cannot be written ({exc})") from None
     print(f"{out}: {len(view.blocks.blocks)} blocks ({view.blocks.source})")
+    # What review says of the pictures (where from, and a document other than the job's),
+    # then why this page has none.
+    for note in found.notes:
+        if note != why:
+            print(f"  {note}")
+    if why:
+        print(f"  page {args.page}: {why}; its blocks are drawn on a blank page")
     return 0
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +24,7 @@ from ...contract import JobResult, PageReport, format_ranges, parse_selection
 from ...errors import InputError
 from ...settings import Settings
 from .. import fonts, pictures, results
-from ..results import READS_AT_ONCE, Results, ResultsError
+from ..results import READS_AT_ONCE, PageView, Results, ResultsError
 from ..usage import UsageError, positive
 from .document import document, summary
 from .flags import flags_of, ordered
@@ -72,11 +72,15 @@ async def review_main(settings: Settings, args: argparse.Namespace) -> int:
     except ResultsError as exc:
         print(f"vlm-ocr review: {exc}", file=sys.stderr)
         return 1
+    views = await read_pages(found_results, chosen)
+    missing = frozenset(page for page, view in views.items() if view.problems)
+    chosen = ordered(chosen, missing)
     with pictures.scratch() as tmp:
         max_bytes = settings.fetch.max_download_bytes
         found = await pictures.find(args, chosen, inputs, Path(tmp), max_bytes)
-        budget = int(args.max_mb * 1e6) - overhead(job, found.notes)
-        shown = await render(found_results, found, chosen, budget)
+        notes = found.notes + missing_note(missing) + ([] if fonts.cjk_font() else [NO_CJK_FONT])
+        budget = int(args.max_mb * 1e6) - overhead(job, notes, missing)
+        shown = render(views, found, chosen, budget, missing)
     left = [p.page for p in chosen[len(shown.pages) :]]
     why = ""
     if left:
@@ -84,11 +88,10 @@ async def review_main(settings: Settings, args: argparse.Namespace) -> int:
             f"Not shown: pages {short_ranges(left)} ({len(left):,}), past the size limit of "
             f"{args.max_mb:g} MB (--max-mb); show them with --pages or a larger --max-mb."
         )
-    notes = found.notes + ([] if fonts.cjk_font() else [NO_CJK_FONT])
-    head = summary(job, [p.page for p in shown.pages], why, notes)
+    head = summary(job, [p.page for p in shown.pages], why, notes, missing)
     html = document(job, head, shown.sections)
     write(args.out, html)
-    attention = sum(bool(flags_of(p)) for p in shown.pages)
+    attention = sum(bool(flags_of(p, missing)) for p in shown.pages)
     print(
         f"{args.out}: {len(shown.pages)} of {len(job.pages)} pages shown ({attention} needing "
         f"attention), {len(html.encode()) / 1e6:.2f} MB"
@@ -96,6 +99,33 @@ async def review_main(settings: Settings, args: argparse.Namespace) -> int:
     for line in ([why] if why else []) + notes:
         print(f"  {line}")
     return 0
+
+
+async def read_pages(job_results: Results, pages: Sequence[PageReport]) -> dict[int, PageView]:
+    """Each page's stored files, read once and before the pages are ordered: a page a file of
+    which cannot be read (gone since the job, or damaged) is shown among those needing
+    attention."""
+    views: dict[int, PageView] = {}
+    for start in range(0, len(pages), READS_AT_ONCE):
+        for view in await job_results.pages(pages[start : start + READS_AT_ONCE]):
+            views[view.report.page] = view
+    return views
+
+
+def missing_note(missing: Collection[int]) -> list[str]:
+    """The review's note of the pages `missing_files` found, shown first among those needing
+    attention."""
+    if not missing:
+        return []
+    if len(missing) == 1:
+        return [
+            f"page {next(iter(missing))}: a file the job stored for it is missing or cannot be "
+            "read (its section says which)"
+        ]
+    return [
+        f"pages {short_ranges(sorted(missing))} ({len(missing):,}): a file the job stored for "
+        "each is missing or cannot be read (each page's section says which)"
+    ]
 
 
 NO_CJK_FONT = (
@@ -121,17 +151,17 @@ def short_ranges(pages: list[int], limit: int = 200) -> str:
     return text if len(text) <= limit else text[: text.rfind(",", 0, limit)] + ",…"
 
 
-def overhead(job: JobResult, notes: Sequence[str]) -> int:
+def overhead(job: JobResult, notes: Sequence[str], missing: Collection[int] = ()) -> int:
     """Bytes of the file besides its pages' sections, at most: the summary with every page
     left out (a page's link in the index is a few bytes longer than its mark), style, script."""
     left_out = "x" * 400  # the line that says what was left out
-    empty = document(job, summary(job, [], left_out, notes), [])
+    empty = document(job, summary(job, [], left_out, notes, missing), [])
     return len(empty.encode()) + 16 * len(job.pages)
 
 
 def chosen_pages(job: JobResult, selection: str | None) -> list[PageReport]:
-    """The pages to show, in the order they are shown: `--pages`, or all of them."""
-    pages = ordered(job.pages)
+    """The pages to show, in page order: `--pages`, or all of them."""
+    pages = sorted(job.pages, key=lambda p: p.page)
     if selection is None:
         return pages
     try:
@@ -151,34 +181,42 @@ class Shown:
     sections: list[str]
 
 
-async def render(
-    job_results: Results, found: pictures.Pictures, pages: Sequence[PageReport], budget: int
+def render(
+    views: dict[int, PageView],
+    found: pictures.Pictures,
+    pages: Sequence[PageReport],
+    budget: int,
+    missing: Collection[int] = (),
 ) -> Shown:
     """The pages' sections in order, until the next one would pass `budget` bytes; a heading
     before those needing attention and before the others."""
     shown = Shown([], [])
     used = 0
-    for start in range(0, len(pages), READS_AT_ONCE):
-        for view in await job_results.pages(pages[start : start + READS_AT_ONCE]):
-            r = view.report
-            size = (view.blocks.width, view.blocks.height) if view.blocks else None
-            if size is None and r.width and r.height:
-                size = (r.width, r.height)
-            jpeg, why = found.jpeg(r, size)
-            section = heading(shown.pages, r, pages) + page_section(view, jpeg, why)
-            cost = len(section.encode())
-            if used + cost > budget:
-                return shown
-            shown.pages.append(r)
-            shown.sections.append(section)
-            used += cost
+    for r in pages:
+        view = views[r.page]
+        size = (view.blocks.width, view.blocks.height) if view.blocks else None
+        if size is None and r.width and r.height:
+            size = (r.width, r.height)
+        jpeg, why = found.jpeg(r, size, view.blocks)
+        section = heading(shown.pages, r, pages, missing) + page_section(view, jpeg, why)
+        cost = len(section.encode())
+        if used + cost > budget:
+            return shown
+        shown.pages.append(r)
+        shown.sections.append(section)
+        used += cost
     return shown
 
 
-def heading(before: Sequence[PageReport], page: PageReport, pages: Sequence[PageReport]) -> str:
-    flagged = bool(flags_of(page))
-    if before and bool(flags_of(before[-1])) == flagged:
+def heading(
+    before: Sequence[PageReport],
+    page: PageReport,
+    pages: Sequence[PageReport],
+    missing: Collection[int] = (),
+) -> str:
+    flagged = bool(flags_of(page, missing))
+    if before and bool(flags_of(before[-1], missing)) == flagged:
         return ""
-    count = sum(bool(flags_of(p)) == flagged for p in pages)
+    count = sum(bool(flags_of(p, missing)) == flagged for p in pages)
     title = "Needs attention" if flagged else ("The other pages" if before else "The pages")
     return f"<h2>{title} ({count})</h2>"

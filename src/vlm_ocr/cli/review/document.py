@@ -8,7 +8,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import statistics
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from html import escape
 from importlib import resources
 
@@ -52,10 +52,17 @@ def font_styles() -> str:
     )
 
 
-def summary(job: JobResult, shown: Sequence[int], left_out: str, notes: Sequence[str]) -> str:
+def summary(
+    job: JobResult,
+    shown: Sequence[int],
+    left_out: str,
+    notes: Sequence[str],
+    missing: Collection[int] = (),
+) -> str:
     """The job at a glance: its pages by status, engine, timings, notes, and an index of its
     pages (those shown are links); what was left out (`left_out`), and the review's own
-    `notes` (where the pictures came from)."""
+    `notes` (where the pictures came from); `missing`: the pages a stored file of which could
+    not be read."""
     t = job.totals
     rotated = sum(bool(p.rotated) for p in job.pages)
     counts = {
@@ -79,7 +86,8 @@ def summary(job: JobResult, shown: Sequence[int], left_out: str, notes: Sequence
         for name, xs in lists
         if xs
     ]
-    out.append(f'<div class="lists">{"".join(items)}</div>{index(job, set(shown))}</header>')
+    chips = index(job, set(shown), missing)
+    out.append(f'<div class="lists">{"".join(items)}</div>{chips}</header>')
     return "".join(out)
 
 
@@ -113,11 +121,11 @@ def timings(job: JobResult) -> str:
     return f"Time: {job_part or 'none recorded'}{page_part}"
 
 
-def index(job: JobResult, shown: set[int]) -> str:
+def index(job: JobResult, shown: set[int], missing: Collection[int] = ()) -> str:
     """A chip per page, coloured by its most serious flag; a link where the page is shown."""
     chips = []
     for page in sorted(job.pages, key=lambda p: p.page):
-        flags = flags_of(page)
+        flags = flags_of(page, missing)
         cls = flags[0] if flags else page.status
         tip = escape(", ".join(flags) or page.status, quote=True)
         if page.page in shown:

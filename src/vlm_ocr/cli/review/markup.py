@@ -59,7 +59,7 @@ def clipped(text: str, limit: int) -> str:
 
 def page_section(view: PageView, jpeg: bytes | None, why_no_picture: str) -> str:
     report = view.report
-    flags = flags_of(report)
+    flags = flags_of(report, [report.page] if view.problems else [])
     classes = " ".join(["page", *(["attention"] if flags else []), *flags[:1]])
     chips = "".join(f'<span class="flag {f}" title="{escape(FLAGS[f])}">{f}</span>' for f in flags)
     return (
@@ -191,7 +191,8 @@ def opinion(view: PageView) -> str:
 
 def stored_text(view: PageView) -> str:
     if view.text is None:
-        return '<h4>Stored text</h4><p class="hint">None.</p>'
+        why = " Its file could not be read (above)." if view.text_key else ""
+        return f'<h4>Stored text</h4><p class="hint">None.{why}</p>'
     what = "Partial text (the page failed)" if view.partial else "Stored text"
     key = f" ({escape(view.text_key)})" if view.text_key else ""
     opened = "" if view.second is not None else " open"

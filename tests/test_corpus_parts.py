@@ -181,3 +181,54 @@ def test_a_documents_own_failure_is_told_by_the_workers_words(run) -> None:
     for kind in ("store", "engine"):  # stopped from outside: worth sending again
         outside = verdict(failed, problems=[], stop=JobStop(kind, "down"))  # type: ignore[arg-type]
         assert outside.retry and not (outside.error or "").startswith(OWN_FAULT)
+
+
+def test_a_run_that_sent_nothing_leaves_no_report_files(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from vlm_ocr.loopback import free_port
+    from vlm_ocr_lab.standins.local_endpoint import worker_environ
+
+    touch(tmp_path / "docs" / "a.pdf", samples.pdf_from_pages(samples.LEGAL_PAGES[:1]))
+    nowhere = f"http://127.0.0.1:{free_port()}"  # a loopback port nothing listens on
+    env = worker_environ(
+        RUNPOD_API_BASE=f"{nowhere}/v2",
+        RUNPOD_API_KEY="key",
+        BUCKET_NAME="b",
+        BUCKET_ENDPOINT_URL=nowhere,
+        BUCKET_ACCESS_KEY_ID="id",
+        BUCKET_SECRET_ACCESS_KEY="secret",
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "vlm_ocr", "submit", "docs", "--endpoint", "e"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 1 and "RUNPOD_API_BASE" in done.stderr, done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["docs"]  # no corpus.jsonl, no summary
+
+
+def test_the_report_files_are_made_with_the_first_line_and_said_where(tmp_path, caplog) -> None:
+    import logging
+
+    from vlm_ocr.client.report import Report
+
+    target = tmp_path / "out" / "corpus.jsonl"
+    empty = Report(target)
+    empty.close(Summary())
+    assert empty.path is None and not (tmp_path / "out").exists()
+    report = Report(target)
+    with caplog.at_level(logging.INFO, logger="vlm_ocr.client.report"):
+        report.write(DocumentLine(source="a.pdf", status="ok", pages=1, ok=1))
+    assert f"corpus report: {target}" in caplog.text
+    assert f"its summary at the end: {target.with_suffix('.summary.json')}" in caplog.text
+    summary = Summary()
+    summary.add(DocumentLine(source="a.pdf", status="ok", pages=1, ok=1))
+    report.close(summary)
+    assert report.path == target and report.summary_path == target.with_suffix(".summary.json")
+    assert '"source":"a.pdf"' in target.read_text()
+    assert '"ok": 1' in target.with_suffix(".summary.json").read_text()

@@ -571,3 +571,71 @@ def test_the_engines_vllm_is_read_without_importing_it(loop, tmp_path: Path) -> 
     python.chmod(0o755)
     assert loop.run(_engine_vllm_version(str(python))) == "0.26.0"
     assert loop.run(_engine_vllm_version("false")) == "unknown"
+
+
+def test_an_engine_python_without_vllm_is_said_with_the_cpu_engine_beside_it(tmp_path: Path):
+    import subprocess
+    import sys
+
+    from vlm_ocr import samples
+    from vlm_ocr_lab.standins.local_endpoint import worker_environ
+
+    pdf = tmp_path / "a.pdf"
+    pdf.write_bytes(samples.pdf_from_pages(samples.LEGAL_PAGES[:1]))
+    # this interpreter (the worker's own environment) has no vLLM
+    env = worker_environ(ENGINE="vllm", VLLM_PYTHON=sys.executable, HF_HUB_OFFLINE="1")
+    done = subprocess.run(
+        [sys.executable, "-m", "vlm_ocr", "run", str(pdf), "--out", str(tmp_path / "out")],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    last = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 2, done.stderr
+    assert last.startswith("vlm-ocr run: the settings cannot work: "), last
+    assert f"vLLM is not installed for VLLM_PYTHON={sys.executable!r}" in last
+    assert "ENGINE=rapidocr for the CPU engine, which needs no GPU" in last
+    assert "unexpectedly" not in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_server_elsewhere_that_does_not_answer_is_named_by_its_setting(loop) -> None:
+    from vlm_ocr.images import Budget
+    from vlm_ocr.loopback import free_port
+    from vlm_ocr.pipeline.worker import warmup_page
+
+    url = f"http://127.0.0.1:{free_port()}/v1"  # a loopback port nothing listens on
+    settings = Settings(engine="openai", openai_base_url=url, transport_retries=1)
+    engine = make_engine(settings, gpu=NO_GPU)
+    try:
+        with pytest.raises(EngineError) as failed:
+            loop.run(engine.start(warmup_page(Budget(settings.render.max_pixels))))
+    finally:
+        loop.run(engine.close())
+    said = str(failed.value)
+    assert said.startswith(f"warm-up page failed: the server at OPENAI_BASE_URL={url}"), said
+    assert "did not answer (ConnectError" in said and "2 tries); start that server" in said
+    assert "log lines" not in said and "\n" not in said  # one line, no log of ours to show
+
+
+def test_rapidocrs_own_lines_go_through_the_workers_logging_without_colour(capfd) -> None:
+    import io
+    import logging
+
+    import numpy as np
+
+    from vlm_ocr.engines.rapidocr import load_ocr, read_lines
+
+    ocr = load_ocr(threads=1)
+    said = io.StringIO()
+    handler = logging.StreamHandler(said)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        assert read_lines(ocr, np.full((256, 256, 3), 255, np.uint8)) == []  # a blank page
+    finally:
+        root.removeHandler(handler)
+    assert "WARNING RapidOCR: The text detection result is empty" in said.getvalue()
+    assert "\x1b[" not in said.getvalue() + capfd.readouterr().err  # no colour codes anywhere

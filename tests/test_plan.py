@@ -11,6 +11,8 @@ import pytest
 
 from vlm_ocr.cli.plan import image_tokens, plan, read_shape
 
+from .support import ROOT
+
 DENSE = {
     "model_type": "qwen3_vl",
     "text_config": {
@@ -163,3 +165,60 @@ def test_the_gpu_table_of_the_deploying_docs_is_what_plan_says_for_the_example_c
             )
             assert cell == (f"{p.pages_at_once:,}" if p.pages_at_once else "does not fit"), name
         assert weights == f"{p.weights_gb:.1f} GB" and kv_per_token == f"{p.kv_bytes_per_token:,}"
+
+
+SIZED = "auto, float16, bfloat16, fp8, fp8_e4m3, fp8_e5m2"
+
+
+def test_the_kv_cache_dtypes_are_one_list_in_the_help_and_both_refusals(capsys, monkeypatch):
+    from vlm_ocr.cli import main as cli
+    from vlm_ocr.settings import KV_CACHE_DTYPES
+
+    config = str(ROOT / "examples/chandra-ocr-2.config.json")
+    with pytest.raises(SystemExit):
+        cli.main(["plan", "--help"])
+    assert f"the KV cache's element type: {SIZED} (default" in " ".join(
+        capsys.readouterr().out.split()
+    )
+    for refused in ("bf16", "half", "fp8_inc"):  # what the help listed before, and one it did not
+        with pytest.raises(SystemExit) as exited:
+            cli.main(["plan", config, "--kv-cache-dtype", refused])
+        err = capsys.readouterr().err
+        assert exited.value.code == 2 and err.count("\n") == 1, err
+        assert f"{refused!r} cannot be sized here; accepted: {SIZED} (see" in err
+        assert "Value error" not in err
+    # a value the worker takes but plan cannot size: the same list, no other
+    monkeypatch.setenv("KV_CACHE_DTYPE", "fp8_inc")
+    assert cli.main(["plan", config]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        f"vlm-ocr plan: KV_CACHE_DTYPE: 'fp8_inc' cannot be sized here; accepted: {SIZED};"
+    )
+    # every value the list names, the worker's settings take and plan sizes
+    for dtype in SIZED.split(", "):
+        assert dtype in KV_CACHE_DTYPES
+        assert cli.main(["plan", config, "--kv-cache-dtype", dtype, "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)[0]["kv_cache_dtype"] == dtype
+
+
+def test_a_model_that_does_not_fit_says_so_instead_of_a_negative_budget(capsys) -> None:
+    from vlm_ocr.cli import main as cli
+
+    chandra = str(ROOT / "examples/chandra-ocr-2.config.json")
+    assert cli.main(["plan", chandra, "--gpu-memory", "1"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "does not fit: the weights need 8.1 GB a GPU and vLLM's activations 4 GB more, of the "
+        "0.9 GB it may take (1 GB × 0.9)"
+    ) in out
+    assert "KV budget" not in out and "pages at once" not in out and "-11.2" not in out
+    awq = str(ROOT / "examples/qwen3-vl-32b-instruct-awq.config.json")
+    assert cli.main(["plan", awq]) == 0
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[2:]}
+    assert "does not fit: the weights need 20.0 GB a GPU" in rows["24"] and "-" not in rows["24"]
+    assert "does not fit" not in rows["48"]
+    # the weights fit, but the KV cache left beside them holds no whole page
+    weights = plan_for(DENSE).weights_gb
+    p = plan_for(DENSE, gpu_memory_gb=(weights + 4 + 0.5) / 0.9)
+    assert p.pages_at_once == 0 and p.does_not_fit == p.arithmetic[-1]
+    assert p.does_not_fit.startswith("does not fit: one page (5,366 tokens) needs 1.41 GB")

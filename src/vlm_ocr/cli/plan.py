@@ -27,7 +27,7 @@ from pydantic import ValidationError
 
 from ..engines.families import FAMILIES, Family, detect
 from ..engines.families.qwen import smart_resize
-from ..settings import MIN_PIXELS, Settings
+from ..settings import KV_CACHE_DTYPES, MIN_PIXELS, Settings
 from . import usage
 
 GB = 1e9
@@ -43,6 +43,9 @@ DTYPE_BYTES = {
     "fp8_e5m2": 1,
     "float32": 4,
 }
+# What plan sizes a KV cache of: the settings' values (vLLM's) whose element size it knows.
+# `--kv-cache-dtype`, its help and both refusals name this one list.
+SIZED_KV_DTYPES = tuple(d for d in KV_CACHE_DTYPES if d in DTYPE_BYTES)
 # Bytes per parameter of the weights by quantization method (config.json quantization_config).
 QUANT_BYTES = {
     "awq": 0.5 + 1 / 64,
@@ -190,6 +193,7 @@ class Plan:
     pages_at_once: int
     arithmetic: list[str]
     notes: list[str]
+    does_not_fit: str | None = None  # why no page fits, when none does
 
 
 def plan(
@@ -211,21 +215,7 @@ def plan(
     shape = read_shape(cfg)
     kv_elem = DTYPE_BYTES[kv_cache_dtype]
     kv_per_token = 2 * shape.full_attention_layers * shape.kv_heads * shape.head_dim * kv_elem
-    on_disk = safetensors_bytes(model_dir) if model_dir else None
-    if on_disk:
-        weights = on_disk / GB
-        source = f"safetensors files: {on_disk:,} bytes"
-    elif shape.params:
-        layer_params, other_params = shape.params
-        other_bytes = 2 if shape.quantization else shape.weight_dtype_bytes
-        weights = (layer_params * shape.weight_dtype_bytes + other_params * other_bytes) / GB
-        source = (
-            f"{layer_params / 1e9:.1f} B layer parameters × {shape.weight_dtype_bytes:.3f} bytes "
-            f"({shape.quantization or 'unquantized'}) + {other_params / 1e9:.2f} B embedding and "
-            f"vision parameters × {other_bytes:g} bytes"
-        )
-    else:
-        raise ValueError("cannot size the weights: no safetensors files and no shapes in config")
+    weights, source = weights_of(shape, model_dir)
     w, h = page_size
     img = image_tokens(w, h, max_pixels=max_pixels, patch=patch)
     page = min(img + prompt_tokens + max_tokens, max_model_len)
@@ -234,6 +224,7 @@ def plan(
     kv_budget = (usable - per_gpu_weights - ACTIVATION_RESERVE_GB) * tensor_parallel_size
     per_page = page * kv_per_token + shape.linear_state_bytes
     pages = max(0, int(kv_budget * GB // per_page)) if kv_budget > 0 else 0
+    usable_line = f"{gpu_memory_gb:g} GB × {gpu_memory_utilization:g}"
     arithmetic = [
         f"weights: {source} = {weights:.1f} GB "
         f"({per_gpu_weights:.1f} GB per GPU at TP {tensor_parallel_size})",
@@ -248,13 +239,22 @@ def plan(
             if page < img + prompt_tokens + max_tokens
             else ""
         ),
-        f"KV budget: ({gpu_memory_gb:g} GB × {gpu_memory_utilization:g}"
+        f"KV budget: ({usable_line}"
         f" − {per_gpu_weights:.1f} GB weights − {ACTIVATION_RESERVE_GB:g} GB activations)"
         f" × {tensor_parallel_size} GPU = {kv_budget:.1f} GB",
         f"pages at once: {kv_budget:.1f} GB / ({page:,} tokens × {kv_per_token:,} B"
         + (f" + {shape.linear_state_bytes:,} B state" if shape.linear_state_bytes else "")
         + f") = {pages:,}",
     ]
+    if kv_budget <= 0:  # no budget to divide: the two lines become the reason
+        short = weights_do_not_fit(per_gpu_weights, usable, usable_line)
+        arithmetic[-2:] = [short]
+    elif not pages:
+        short = (
+            f"does not fit: one page ({page:,} tokens) needs {per_page / GB:.2f} GB of KV cache, "
+            f"more than the {kv_budget:.1f} GB left beside the weights"
+        )
+        arithmetic[-1] = short
     return Plan(
         gpu_memory_gb=gpu_memory_gb,
         weights_gb=round(weights, 2),
@@ -267,6 +267,34 @@ def plan(
         pages_at_once=pages,
         arithmetic=arithmetic,
         notes=shape.notes,
+        does_not_fit=None if pages else arithmetic[-1],
+    )
+
+
+def weights_of(shape: ModelShape, model_dir: Path | None) -> tuple[float, str]:
+    """The weights in GB, and what that figure comes from: the safetensors files beside the
+    config, else its parameter counts; ValueError when it has neither."""
+    on_disk = safetensors_bytes(model_dir) if model_dir else None
+    if on_disk:
+        return on_disk / GB, f"safetensors files: {on_disk:,} bytes"
+    if not shape.params:
+        raise ValueError("cannot size the weights: no safetensors files and no shapes in config")
+    layer_params, other_params = shape.params
+    other_bytes = 2 if shape.quantization else shape.weight_dtype_bytes
+    weights = (layer_params * shape.weight_dtype_bytes + other_params * other_bytes) / GB
+    return weights, (
+        f"{layer_params / 1e9:.1f} B layer parameters × {shape.weight_dtype_bytes:.3f} bytes "
+        f"({shape.quantization or 'unquantized'}) + {other_params / 1e9:.2f} B embedding and "
+        f"vision parameters × {other_bytes:g} bytes"
+    )
+
+
+def weights_do_not_fit(per_gpu_weights: float, usable: float, usable_line: str) -> str:
+    """A model whose weights and activations take more than vLLM may have of a GPU."""
+    return (
+        f"does not fit: the weights need {per_gpu_weights:.1f} GB a GPU and vLLM's activations "
+        f"{ACTIVATION_RESERVE_GB:g} GB more, of the {max(usable, 0):.1f} GB it may take "
+        f"({usable_line})"
     )
 
 
@@ -319,9 +347,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--kv-cache-dtype",
-        choices=sorted(DTYPE_BYTES),
-        help="the KV cache's element type (default: KV_CACHE_DTYPE, else fp8 on a GPU of "
-        "--capability 8.9 or newer)",
+        type=kv_dtype,
+        metavar="DTYPE",
+        help=f"the KV cache's element type: {', '.join(SIZED_KV_DTYPES)} (default: "
+        "KV_CACHE_DTYPE, else fp8 on a GPU of --capability 8.9 or newer)",
     )
     p.add_argument(
         "--family",
@@ -401,6 +430,17 @@ def serve_line_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def kv_dtype(text: str) -> str:
+    """`--kv-cache-dtype`, as argparse's type: one plan can size."""
+    if text not in SIZED_KV_DTYPES:
+        raise argparse.ArgumentTypeError(unsized(text))
+    return text
+
+
+def unsized(dtype: str) -> str:
+    return f"{dtype!r} cannot be sized here; accepted: {', '.join(SIZED_KV_DTYPES)}"
+
+
 def page_size(text: str) -> tuple[int, int]:
     """`--page-size WxH`, as argparse's type: two whole numbers of pixels."""
     try:
@@ -477,17 +517,17 @@ def sizing(args: argparse.Namespace, settings: Settings) -> Sizing:
         first = exc.errors()[0]
         name = str(first["loc"][-1]) if first["loc"] else "a flag"
         flag = next((k for k, v in SETTING_OF_FLAG.items() if v == name), name)
+        said = first["msg"].removeprefix("Value error, ")  # pydantic's prefix, not the user's
         raise usage.UsageError(
-            f"--{flag.replace('_', '-')}", f"{first['input']!r}: {first['msg']}"
+            f"--{flag.replace('_', '-')}", f"{first['input']!r}: {said}"
         ) from None
     family = detect(
         cfg, model, settings.model.model_family, max_pixels=settings.render.max_pixels
     ).family
     dtype = kv_cache_dtype(settings.vllm, args.capability)
-    if dtype not in DTYPE_BYTES:
+    if dtype not in SIZED_KV_DTYPES:  # a value the worker takes, but of no size known here
         raise usage.UsageError(
-            "KV_CACHE_DTYPE",
-            f"{dtype!r} cannot be sized here; accepted: {', '.join(sorted(DTYPE_BYTES))}",
+            "KV_CACHE_DTYPE", f"{unsized(dtype)}; or give --kv-cache-dtype one of them"
         )
     budget = family.budget(settings.render.max_pixels)
     size = args.page_size or budget.size_for(*A4_POINTS, pdf=True)
@@ -626,6 +666,9 @@ def print_table(plans: list[Plan], kv_cache_dtype: str) -> None:
     )
     print(f"{'GPU GB':>8}{'KV budget GB':>14}{'pages at once':>15}")
     for p in plans:
-        print(f"{p.gpu_memory_gb:>8g}{p.kv_budget_gb:>14.1f}{p.pages_at_once:>15,}")
+        if p.does_not_fit:
+            print(f"{p.gpu_memory_gb:>8g}  {p.does_not_fit}")
+        else:
+            print(f"{p.gpu_memory_gb:>8g}{p.kv_budget_gb:>14.1f}{p.pages_at_once:>15,}")
     for n in first.notes:
         print(f"note: {n}")

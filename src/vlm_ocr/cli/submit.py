@@ -194,11 +194,17 @@ async def submit_main(settings: Settings, args: argparse.Namespace) -> int:
         return code
     if single is not None:
         return _single_outcome(single, run)
-    for line in ["", *run.summary.lines()]:
+    for line in ["", *run.summary.lines(), *_report_lines(run)]:
         print(line)
-    if run.report.path is not None:
-        print(f"report: {run.report.path}")
     return run.summary.exit_code
+
+
+def _report_lines(run: CorpusRun) -> list[str]:
+    """Where the corpus report and its summary are, once the run wrote them."""
+    report = run.report
+    if report.path is None:
+        return []
+    return [f"report: {report.path}", f"summary: {report.summary_path}"]
 
 
 async def _supervised(run: CorpusRun, view) -> int | None:  # type: ignore[no-untyped-def]
@@ -221,7 +227,7 @@ async def _supervised(run: CorpusRun, view) -> int | None:  # type: ignore[no-un
         print(f"vlm-ocr submit: {exc}", file=sys.stderr)
         if not started:  # the endpoint or the bucket refused this client: nothing was sent
             return 1 if getattr(exc, "unreachable", False) else 2
-        for line in run.summary.lines():
+        for line in [*run.summary.lines(), *_report_lines(run)]:
             print(line)
         return 1
     finally:

@@ -14,6 +14,7 @@ A line's `status`:
 from __future__ import annotations
 
 import json
+import logging
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,8 @@ from typing import IO, Literal
 from pydantic import BaseModel, Field
 
 from .manifest import DocumentManifest
+
+log = logging.getLogger(__name__)
 
 Status = Literal["ok", "partial", "failed", "refused", "unfinished"]
 STATUSES: tuple[Status, ...] = ("ok", "partial", "failed", "refused", "unfinished")
@@ -186,24 +189,46 @@ class Summary:
 
 class Report:
     """corpus.jsonl, a line flushed as each document finishes (a stopped run leaves what it
-    did), and the summary beside it at the end (`<name>.summary.json`)."""
+    did), and the summary beside it at the end (`<name>.summary.json`). Both are made with the
+    first line, and said where when they are: a run that sent nothing leaves no files."""
 
     def __init__(self, path: Path | None) -> None:
-        self.path = path
+        self.target = path
         self._out: IO[str] | None = None
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._out = path.open("w", encoding="utf-8")
+        self._written = False
+
+    @property
+    def path(self) -> Path | None:
+        """The report's file, once a line is in it; None before (and with no report asked)."""
+        return self.target if self._written else None
+
+    @property
+    def summary_path(self) -> Path | None:
+        return self.path.with_suffix(".summary.json") if self.path is not None else None
 
     def write(self, line: DocumentLine) -> None:
-        if self._out is not None:
-            self._out.write(line.model_dump_json(exclude_none=True) + "\n")
-            self._out.flush()
+        if self.target is not None and not self._written:
+            self._open(self.target)
+        if self._out is None:  # no report asked, or closed already
+            return
+        self._out.write(line.model_dump_json(exclude_none=True) + "\n")
+        self._out.flush()
+
+    def _open(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._out = path.open("w", encoding="utf-8")
+        self._written = True
+        log.info(
+            "corpus report: %s, a line per document as it ends; its summary at the end: %s",
+            path,
+            path.with_suffix(".summary.json"),
+        )
 
     def close(self, summary: Summary | None = None) -> None:
         if self._out is not None:
             self._out.close()
             self._out = None
-        if summary is not None and self.path is not None:
-            target = self.path.with_suffix(".summary.json")
-            target.write_text(json.dumps(summary.as_json(), indent=2) + "\n", encoding="utf-8")
+        if summary is not None and self.summary_path is not None:
+            self.summary_path.write_text(
+                json.dumps(summary.as_json(), indent=2) + "\n", encoding="utf-8"
+            )

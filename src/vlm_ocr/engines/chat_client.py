@@ -26,6 +26,7 @@ CONNECT_TIMEOUT_S = 10.0
 # server) closes one after 5 s idle, and a request sent on a connection the server is closing at
 # that instant is lost (httpx's own default expiry is those same 5 s).
 KEEPALIVE_EXPIRY_S = 3.0
+NO_ANSWER = "the engine server did not answer"
 
 _THINK_BLOCK = re.compile(r"<think>.*?</think>", re.DOTALL)
 _OPEN_THINK = re.compile(r"^.*?</think>\s*", re.DOTALL)
@@ -132,7 +133,7 @@ class ChatClient:
         try:
             resp = await self._http.post(url, json=body, timeout=timeout)
         except LOST_ON_THE_WAY as exc:
-            raise TransportError(f"the engine server did not answer: {exc!r}") from None
+            raise TransportError(f"{NO_ANSWER}: {exc!r}") from None
         except httpx.TimeoutException:
             raise EngineError("the page request timed out (REQUEST_TIMEOUT_S)") from None
         except httpx.HTTPError as exc:

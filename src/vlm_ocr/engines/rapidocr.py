@@ -164,7 +164,7 @@ def load_ocr(threads: int = -1, **params: Any) -> Any:
     more of its settings."""
     from rapidocr import RapidOCR
 
-    logging.getLogger("RapidOCR").setLevel(logging.WARNING)
+    route_rapidocr_log()
     return RapidOCR(
         params={
             "Global.log_level": "warning",
@@ -172,6 +172,17 @@ def load_ocr(threads: int = -1, **params: Any) -> Any:
             **params,
         }
     )
+
+
+def route_rapidocr_log() -> None:
+    """RapidOCR's lines through the worker's logging, as its own: the package gives its logger
+    a handler of its own, in colour whether or not stderr is a terminal, and keeps it from the
+    root's. Run after it is imported (its handler is added then)."""
+    rapid = logging.getLogger("RapidOCR")
+    for handler in rapid.handlers[:]:
+        rapid.removeHandler(handler)
+    rapid.propagate = True
+    rapid.setLevel(logging.WARNING)
 
 
 def read_lines(ocr: Any, pixels: np.ndarray) -> list[Line]:

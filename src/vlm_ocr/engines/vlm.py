@@ -23,7 +23,7 @@ from ..images import Budget, PageImage
 from ..prompts import PRESETS, Prompt, resolve
 from ..settings import ModelSettings, VlmSettings
 from .base import EngineFacts, EngineOptions, Recognition
-from .chat_client import REPETITION_DETECTION, ChatClient, Completion, strip_think
+from .chat_client import NO_ANSWER, REPETITION_DETECTION, ChatClient, Completion, strip_think
 from .families import FAMILIES, AnswerError, Attempt, Family, Page, Reading
 from .gpu import GpuFacts
 from .model_files import ModelFiles
@@ -247,10 +247,7 @@ class VlmEngine:
                 warmup.png, prompt, self.attempts[0], max_tokens=WARMUP_MAX_TOKENS
             )
         except EngineError as exc:
-            tail = self.server.log_tail()
-            raise EngineError(
-                f"warm-up page failed: {exc}\nlast engine log lines:\n{tail}", fatal=True
-            ) from None
+            raise self.warmup_failed(exc) from None
         if not answer.output_tokens:
             raise EngineError("warm-up page came back with no output tokens", fatal=True)
         if answer.reasoning or "</think>" in answer.text:
@@ -277,6 +274,25 @@ class VlmEngine:
         if self.baked is not None:
             details["baked"] = self.baked
         self.facts.details = details
+
+    def warmup_failed(self, exc: EngineError) -> EngineError:
+        """The warm-up page's failure in a user's words: a server elsewhere (ENGINE=openai) by
+        the setting that names it, for its log is not ours; our own with its log's last lines."""
+        if self.server.name != "openai":
+            tail = self.server.log_tail()
+            return EngineError(
+                f"warm-up page failed: {exc}\nlast engine log lines:\n{tail}", fatal=True
+            )
+        where = f"the server at OPENAI_BASE_URL={self.base_url} (ENGINE=openai)"
+        if not str(exc).startswith(NO_ANSWER):  # it answered: its own word on the page
+            return EngineError(f"warm-up page failed: {where} failed it: {exc}", fatal=True)
+        cause = str(exc).removeprefix(f"{NO_ANSWER}: ").removesuffix(f" ({exc.tries} tries)")
+        return EngineError(
+            f"warm-up page failed: {where} did not answer ({cause}; {exc.tries} tries); start "
+            "that server, or set OPENAI_BASE_URL to the base URL of the OpenAI-compatible server "
+            "that runs the model",
+            fatal=True,
+        )
 
     def _revision(self) -> str | None:
         """The weights' revision: the commit the image baked when it baked this model (a

@@ -66,14 +66,18 @@ _LAUNCH = (
 LOG_TAIL_LINES = 60
 # Asked of the engine's interpreter for the front ends and the caches' key: its vLLM, without
 # importing it; by its package metadata, else (a bundle of unpacked wheels has none) by the
-# `_version.py` its build writes beside it.
-_VLLM_VERSION = """
-import importlib.metadata as m, importlib.util, pathlib, re
+# `_version.py` its build writes beside it; no vLLM at all, `NO_VLLM` and the interpreter's path.
+NO_VLLM = "no vllm:"
+_VLLM_VERSION = f"""
+import importlib.metadata as m, importlib.util, pathlib, re, sys
 try:
     print(m.version("vllm"))
 except m.PackageNotFoundError:
     spec = importlib.util.find_spec("vllm")
-    file = pathlib.Path(spec.origin).with_name("_version.py") if spec and spec.origin else None
+    if spec is None:
+        print({NO_VLLM!r}, sys.executable)
+        sys.exit()
+    file = pathlib.Path(spec.origin).with_name("_version.py") if spec.origin else None
     text = file.read_text() if file and file.is_file() else ""
     found = re.search(r"__version__ = version = '([^']+)'", text)
     print(found.group(1) if found else "")
@@ -138,6 +142,7 @@ class VllmServer:
     async def start(self) -> dict[str, Any]:
         """Spawn the server and wait until /health answers; returns facts about the start."""
         vllm = self.spec.vllm
+        await self._size_for_engine()  # before the download: an interpreter without vLLM is said
         t_download = time.perf_counter()
         self.downloaded = await ensure_model(self.files, vllm.vllm_python)
         if self.downloaded is not None:
@@ -145,7 +150,6 @@ class VllmServer:
             self.facts["download_s"] = round(time.perf_counter() - t_download, 2)
             self._check_family()
         t0 = time.perf_counter()
-        await self._size_for_engine()
         for attempt in range(1, START_ATTEMPTS + 1):
             await self._prepare_caches()  # again after a failed attempt discarded its build
             port = vllm.vllm_port or self._pick_port()
@@ -462,7 +466,8 @@ class VllmServer:
 
 
 async def _engine_vllm_version(python: str) -> str:
-    """The vLLM version of the engine's environment, as its package metadata says."""
+    """The vLLM version of the engine's environment, as its package metadata says; "unknown"
+    when it cannot be read, and ConfigError when the interpreter has no vLLM at all."""
     try:
         proc = await asyncio.create_subprocess_exec(
             python,
@@ -474,7 +479,19 @@ async def _engine_vllm_version(python: str) -> str:
         out, _ = await asyncio.wait_for(proc.communicate(), 60)
     except (OSError, TimeoutError):
         return "unknown"
-    return out.decode().strip() or "unknown"
+    said = out.decode().strip()
+    if said.startswith(NO_VLLM):
+        raise ConfigError(no_vllm(python, said.removeprefix(NO_VLLM).strip()))
+    return said or "unknown"
+
+
+def no_vllm(python: str, executable: str) -> str:
+    where = f" ({executable})" if executable and executable != python else ""
+    return (
+        f"the GPU engine cannot start: vLLM is not installed for VLLM_PYTHON={python!r}{where}; "
+        "set VLLM_PYTHON to the interpreter of the environment that has vLLM, or ENGINE=rapidocr "
+        "for the CPU engine, which needs no GPU"
+    )
 
 
 def _autotune_files(env: Mapping[str, str]) -> frozenset[str]:

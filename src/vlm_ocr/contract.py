@@ -14,8 +14,10 @@ and presigned URLs.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+import unicodedata
 from collections.abc import Collection, Sequence
 from typing import Any, ClassVar, Literal
 
@@ -38,6 +40,8 @@ from .urls import redact
 MAX_PROMPT_CHARS = 8000
 MAX_SELECTION_CHARS = 1000
 _PREFIX_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-/]{0,199}")
+# What a segment of an output_prefix may hold (check_prefix): anything else becomes a gap.
+_NOT_IN_A_KEY = re.compile(r"[^A-Za-z0-9._-]+")
 # One part of a selection; applied to each comma-separated part alone, so time is linear.
 _PART_RE = re.compile(r"(\d{1,7})(-(\d{0,7}))?")
 
@@ -220,6 +224,21 @@ def _as_value_error(check: Any, value: Any) -> None:
         check(value)
     except InputError as exc:
         raise ValueError(exc.message) from None
+
+
+def key_name(name: str, *, gap: str = "_", limit: int = 100, empty: str = "file") -> str:
+    """A name (a file's, without its extension) as a segment of a prefix may spell it
+    (`check_prefix`): letters A-Z, digits, '.', '_' and '-' kept, any run of anything else one
+    `gap`, the ends trimmed. A name that loses letters on the way (合約, été) or is cut to
+    `limit` gets 8 hex digits of the whole name, so that 合約 and 租約 stay apart and the same
+    name gets the same segment every time."""
+    name = unicodedata.normalize("NFC", name)  # macOS spells é as e and an accent
+    kept = _NOT_IN_A_KEY.sub(gap, name).strip("._-")
+    lost = any(c.isalnum() and not c.isascii() for c in name) or len(kept) > limit
+    if not lost:
+        return kept or empty
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{kept[:limit].rstrip('._-') or empty}-{digest}"
 
 
 def check_prefix(prefix: str) -> None:

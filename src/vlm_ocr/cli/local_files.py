@@ -6,17 +6,15 @@ a typo should not. Each file's folder in the store is named here too (`result_fo
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
-import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from PIL import Image, UnidentifiedImageError
 
-from ..contract import JobInput
+from ..contract import JobInput, key_name
 from ..errors import InputError, PageError
 from ..pipeline import render
 from ..settings import Settings
@@ -33,8 +31,6 @@ OPTION_OF_FIELD = {
 }
 # The field of the file itself: the line that reports it already names the file.
 _SOURCE_FIELD = re.compile(r"input\.(?:pdf|images\[0\])(?:\.base64)?: ")
-# What a job's output_prefix may hold (contract.check_prefix): anything else becomes one '_'.
-_NOT_IN_A_KEY = re.compile(r"[^A-Za-z0-9._-]+")
 FOLDER_CHARS = 100  # of the name kept in a folder's name; the prefix may have 200
 OUT_ACCEPTED = "accepted: a folder to write the results in (made if it is not there)"
 
@@ -111,17 +107,10 @@ def in_our_words(text: str) -> str:
 
 
 def folder_name(path: Path) -> str:
-    """The file's results folder as a stored key may spell it: the name without its extension,
-    letters A-Z, digits, '.', '_' and '-' kept and anything else one '_'. A name that loses
-    letters on the way (合約, été) or is cut short gets 8 hex digits of the whole name, so that
-    合約.pdf and 租約.pdf stay apart, and the same name gets the same folder on every run."""
-    stem = unicodedata.normalize("NFC", path.stem)  # macOS spells é as e and an accent
-    kept = _NOT_IN_A_KEY.sub("_", stem).strip("._-")
-    lost = any(c.isalnum() and not c.isascii() for c in stem) or len(kept) > FOLDER_CHARS
-    if not lost:
-        return kept or "file"
-    digest = hashlib.sha256(stem.encode()).hexdigest()[:8]
-    return f"{kept[:FOLDER_CHARS].rstrip('._-') or 'file'}-{digest}"
+    """The file's results folder: its name without the extension as a stored key may spell it
+    (`contract.key_name`: 'Case 42.pdf' is Case_42, 合約.pdf file- and 8 hex digits of the name),
+    the same on every run."""
+    return key_name(path.stem, limit=FOLDER_CHARS)
 
 
 def result_folders(paths: list[Path]) -> list[str]:

@@ -129,6 +129,32 @@ def check(args: argparse.Namespace) -> None:
             check_prefix(args.prefix.strip("/"))
         except InputError as exc:
             raise Usage(f"--prefix: {exc.message}") from None
+    check_files(args)
+
+
+REPORT_ACCEPTED = "accepted: a file to write the report in (made if it is not there)"
+
+
+def check_files(args: argparse.Namespace) -> None:
+    """--out and --report, before anything is sent: a job's results would be lost to a folder
+    that cannot be written, and a run's report to a name that is a folder."""
+    from .local_files import check_out
+
+    problem = check_out(str(args.out)) if args.out is not None else None
+    if problem:
+        raise Usage(problem)
+    if args.report is None:
+        return
+    report = args.report.absolute()
+    if report.is_dir():
+        raise Usage(f"--report: {args.report} is a folder, not a file; {REPORT_ACCEPTED}")
+    there = next(p for p in report.parents if p.exists())
+    if not there.is_dir():
+        raise Usage(
+            f"--report: {there} is a file, so {args.report} cannot be made; {REPORT_ACCEPTED}"
+        )
+    if not os.access(there if not report.exists() else report, os.W_OK):
+        raise Usage(f"--report: {args.report} cannot be written (permission denied)")
 
 
 def prepare(settings: Settings, args: argparse.Namespace) -> CorpusRun:
@@ -287,15 +313,16 @@ def print_outcome(
     path: Path, manifest: DocumentManifest, uri: Callable[[str], str], *, earlier: bool = False
 ) -> None:
     t = manifest.totals
+    unread = f", {t.not_read} not read" if t.not_read else ""
     if earlier:
         print(
             f"{path}: finished by an earlier run, nothing sent: {t.pages} pages in {t.jobs} "
-            f"jobs: {t.ok} ok, {t.blank} blank, {t.failed} failed"
+            f"jobs: {t.ok} ok, {t.blank} blank, {t.failed} failed{unread}"
         )
     else:
         print(
             f"{path}: {t.pages} pages in {t.jobs} jobs ({t.submissions} submissions): "
-            f"{t.ok} ok, {t.blank} blank, {t.failed} failed, {t.reused} reused; "
+            f"{t.ok} ok, {t.blank} blank, {t.failed} failed{unread}, {t.reused} reused; "
             f"{manifest.wall_s or 0:.1f} s"
         )
     print(f"manifest: {uri(manifest.manifest_key)}")

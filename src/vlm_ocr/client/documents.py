@@ -18,12 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from ..contract import key_name
 from ..errors import EMPTY_PDF, ENCRYPTED_PDF, NOT_A_PDF, UNREADABLE_PDF
 from ..images import ACCEPTED_IMAGE_FORMATS, IMAGE_SUFFIXES
 from ..settings import Settings
 from ..storage import Bucket, BucketInputs, ObjectTooLarge
 
 Kind = Literal["pdf", "image"]
+SLUG_CHARS = 60  # of the name kept in a document's folder name
 DOCUMENT_SUFFIXES = frozenset({".pdf"} | IMAGE_SUFFIXES)
 CONTENT_TYPES = {
     ".pdf": "application/pdf",
@@ -204,8 +206,13 @@ async def inspect_object(bucket: Bucket, listed: Listed, limits: Limits) -> Fact
 
 
 def slug(stem: str) -> str:
+    """The name in a document's folder. A name with letters a key may not hold (合約, été) is
+    spelled as `contract.key_name` spells it; any other keeps the spelling earlier runs gave
+    its folder (each character outside A-Z, digits, '_' and '-' a '-'), so they are found."""
+    if any(c.isalnum() and not c.isascii() for c in stem):
+        return key_name(stem, gap="-", limit=SLUG_CHARS, empty="document")
     kept = "".join(c if c.isalnum() or c in "-_" else "-" for c in stem)
-    return kept.strip("-")[:60] or "document"
+    return kept.strip("-")[:SLUG_CHARS] or "document"
 
 
 def folder_of(base: str, listed: Listed, identity: str) -> str:

@@ -43,8 +43,10 @@ class Part(BaseModel):
 
 
 class DocumentTotals(Totals):
-    """A document's page counts (pages never reported count as failed), and its jobs."""
+    """A document's page counts, and its jobs. `failed`: pages a job reported failed;
+    `not_read`: pages no job reported (a run stopped before them, a job lost or refused)."""
 
+    not_read: int = 0
     jobs: int = 0
     submissions: int = 0
 
@@ -112,7 +114,8 @@ class DocumentManifest(BaseModel):
         stored = sum(p.stored for p in self.pages)
         pages = Totals.of(self.pages)
         self.totals = DocumentTotals(
-            **pages.model_dump() | {"pages": self.page_count, "failed": self.page_count - stored},
+            **pages.model_dump() | {"pages": self.page_count},
+            not_read=self.page_count - len(self.pages),
             jobs=len(self.parts),
             submissions=sum(len(p.job_ids) for p in self.parts),
         )

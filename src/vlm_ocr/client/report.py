@@ -38,7 +38,10 @@ class DocumentLine(BaseModel):
     pages: int = 0
     ok: int = 0
     blank: int = 0
-    failed: int = 0
+    failed: int = Field(0, description="Pages a job reported failed.")
+    not_read: int = Field(
+        0, description="Pages no job reported: cut off by a stop, or their job lost or refused."
+    )
     prefix: str | None = Field(None, description="The document's folder in the bucket.")
     keys: dict[str, str] = Field(
         default_factory=dict, description="document.json, document.md, document.txt, source."
@@ -69,6 +72,7 @@ class DocumentLine(BaseModel):
             ok=t.ok,
             blank=t.blank,
             failed=t.failed,
+            not_read=t.not_read,
             prefix=manifest.prefix,
             keys=keys,
             jobs=jobs,
@@ -83,7 +87,7 @@ def status_of(manifest: DocumentManifest) -> Status:
         return "ok"
     if not manifest.finished:
         return "unfinished"
-    return "partial" if manifest.totals.failed < manifest.page_count else "failed"
+    return "partial" if any(page.stored for page in manifest.pages) else "failed"
 
 
 def first_error(manifest: DocumentManifest) -> str | None:
@@ -119,7 +123,7 @@ class Summary:
     def add(self, line: DocumentLine) -> None:
         self.documents[line.status] += 1
         self.earlier += line.earlier
-        for kind in ("ok", "blank", "failed"):
+        for kind in ("ok", "blank", "failed", "not_read"):
             self.pages[kind] += getattr(line, kind)
         if not line.earlier:
             self.pages_this_run += line.ok + line.blank
@@ -142,7 +146,9 @@ class Summary:
             f"{total} documents: {said or 'none'}"
             + (f" ({self.earlier} finished by an earlier run)" if self.earlier else ""),
             f"pages: {self.pages['ok']} ok, {self.pages['blank']} blank, "
-            f"{self.pages['failed']} failed; {self.jobs} jobs sent this run"
+            f"{self.pages['failed']} failed"
+            + (f", {self.pages['not_read']} not read" if self.pages["not_read"] else "")
+            + f"; {self.jobs} jobs sent this run"
             + (f" ({self.resubmitted} of them again)" if self.resubmitted else ""),
             f"time: {self.wall_s:.1f} s; {self.pages_this_run / max(self.wall_s, 1e-9):.2f} "
             "pages/s stored this run",

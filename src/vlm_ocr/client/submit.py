@@ -78,6 +78,10 @@ POLL_S = 2.0
 # of its input refused (`InputError` names the field) or every page failed on its own
 # (`verdict`). Sending such a job again would fail the same way.
 OWN_FAULT = ("input", "no page could be processed")
+# The fields of a job's input this client builds (the folder, the pages a part asks for): a
+# refusal of one is the client's, not the document's, and is never final; a later run (a client
+# that builds them right) sends the job again. Within a run it would fail the same way.
+CLIENT_MADE = ("input.output_prefix", "input.pages")
 CANCELS_AT_ONCE = 10  # RunPod takes 20 /cancel requests at once, 100 in 10 s
 
 
@@ -251,7 +255,7 @@ class Submission:
         await asyncio.gather(*(self._part(part) for part in todo))
         manifest.summarise()
         try:
-            if manifest.finished and manifest.totals.failed < manifest.page_count:
+            if manifest.finished and any(page.stored for page in manifest.pages):
                 manifest.text_key, manifest.markdown_key = await self._write_text(manifest)
         finally:  # what the jobs did is recorded even if the whole text could not be written
             manifest.wall_s = round(time.perf_counter() - t0, 2)
@@ -328,7 +332,7 @@ class Submission:
         for part in manifest.parts:
             if not part.settled and not manifest.missing(part):
                 part.status = "ok"  # every page stored; the run stopped before its job's end
-            if self.options.retry_failed and part.status != "ok":
+            if (self.options.retry_failed and part.status != "ok") or client_made(part.error):
                 part.final = False
             if not part.settled:
                 part.status = "pending"
@@ -370,10 +374,10 @@ class Submission:
                 part.error = error or ended_with or f"the job ended {state}"
                 # every page stored (only its manifest was not): nothing is left to send
                 part.status = "failed" if self.manifest.missing(part) else "ok"
-                part.final = part.error.startswith(OWN_FAULT)
+                part.final = part.error.startswith(OWN_FAULT) and not client_made(part.error)
             if not part.settled or not self.manifest.finished:
                 await self.save()  # (the document's last part: saved once, with its text)
-            if part.settled:
+            if part.settled or client_made(part.error):
                 return
             if attempt < self.options.retries:
                 log.warning(
@@ -487,6 +491,11 @@ class Submission:
         return self.key(f"{manifest.prefix}/document.txt"), self.key(
             f"{manifest.prefix}/document.md"
         )
+
+
+def client_made(error: str | None) -> bool:
+    """The worker refused a field of the job's input that this client built."""
+    return error is not None and error.startswith(CLIENT_MADE)
 
 
 def _ending(output: Any) -> tuple[JobResult | None, str | None]:

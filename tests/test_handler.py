@@ -133,11 +133,17 @@ def test_log_level_takes_effect_and_the_sdks_lines_stay_off_stdout(tmp_path: Pat
     assert "Starting Serverless Worker" in proc.stderr and "DEBUG  | " in proc.stderr
 
 
-def one_shot(job_text: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+def one_shot(
+    job_text: str, tmp_path: Path, *, sdk_default: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """`handler.py --test_input JOB`; `sdk_default`: as a user runs it, no RUNPOD_LOG_LEVEL."""
+    env = handler_env(tmp_path)
+    if sdk_default:
+        del env["RUNPOD_LOG_LEVEL"]
     return subprocess.run(
         [sys.executable, "handler.py", "--test_input", job_text],
         cwd=ROOT,
-        env=handler_env(tmp_path),
+        env=env,
         capture_output=True,
         text=True,
         timeout=300,
@@ -223,18 +229,10 @@ def test_the_one_shot_refuses_in_the_words_the_worker_would(run, tmp_path: Path)
 def test_a_job_with_a_failed_page_exits_1_with_its_error_and_no_sdk_line(
     tmp_path: Path,
 ) -> None:
-    env = handler_env(tmp_path)
-    del env["RUNPOD_LOG_LEVEL"]  # as a user runs it: the SDK's own lines left out
     good = png_bytes(page_image(["A readable page."]))
     images = [{"base64": b64(good)}, {"base64": b64(good[: len(good) // 2])}]
-    proc = subprocess.run(
-        [sys.executable, "handler.py", "--test_input", json.dumps({"input": {"images": images}})],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    # as a user runs it: the SDK's own lines left out
+    proc = one_shot(json.dumps({"input": {"images": images}}), tmp_path, sdk_default=True)
     assert proc.returncode == 1, proc.stderr[-3000:]
     result = json.loads(proc.stdout)
     assert result["status"] == "partial" and result["totals"]["ok"] == 1

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pymupdf
 from PIL import Image
 
 from vlm_ocr import samples
+from vlm_ocr.images import LOW_DPI
 from vlm_ocr.pipeline.textsim import similarity
 from vlm_ocr.settings import Settings
 
@@ -40,7 +42,11 @@ def test_multi_page_pdf_each_page_matches_its_own_text(run, settings: Settings) 
     assert [p["status"] for p in manifest["pages"]] == ["ok"] * 3
     assert manifest["engine"]["name"] == "rapidocr" and manifest["engine"]["version"]
     assert all("text" not in p for p in manifest["pages"])
-    assert result.notes and "reads no prompt" in result.notes[0]
+    assert result.notes == []  # no prompt was asked for, so none is said to be unused
+    asked = run({"pdf": {"base64": b64(samples.pdf_from_pages(pages[:1]))}, "prompt": "markdown"})
+    assert asked.notes == [
+        "the rapidocr engine reads no prompt; prompt 'markdown' (version 1) was not used"
+    ]
 
 
 def test_two_columns_come_out_column_by_column(run) -> None:
@@ -202,3 +208,25 @@ def test_encrypted_or_empty_pdf_fails_the_job_naming_the_field(run) -> None:
     assert empty.error == "input.pdf.base64: the PDF has no pages"
     beyond = run({"pdf": {"base64": b64(samples.pdf_from_pages([["one"]]))}, "pages": "4-6"})
     assert (beyond.error or "").startswith("input.pages: '4-6' selects no page of this document")
+
+
+def test_a_large_page_drawn_at_a_low_resolution_is_named_in_the_notes(
+    run, settings: Settings
+) -> None:
+    doc = pymupdf.open()
+    doc.new_page(width=612, height=792).insert_text((72, 72), "A letter page.", fontsize=12)
+    # a drawing sheet of 100 by 60 inches, set in 10 pt print as such sheets are
+    doc.new_page(width=7200, height=4320).insert_text((72, 72), "Sheet notes.", fontsize=10)
+    result = run({"pdf": {"base64": b64(doc.tobytes())}, "output_prefix": "big"})
+    letter, sheet = result.pages
+    assert letter.dpi is not None and letter.dpi >= LOW_DPI
+    assert sheet.dpi is not None and sheet.dpi < LOW_DPI
+    assert sheet.dpi == round(((sheet.width or 0) * (sheet.height or 0) / (100 * 60)) ** 0.5)
+    [note] = [n for n in result.notes if "dpi" in n]
+    assert note.startswith(f"page 2 is large and was drawn at {sheet.dpi} dpi")
+    assert "MAX_PIXELS" in note
+    manifest = json.loads(stored_text(settings, "big/manifest.json"))
+    assert [p["dpi"] for p in manifest["pages"]] == [letter.dpi, sheet.dpi]
+    assert note in manifest["notes"]
+    images = run({"images": [{"base64": b64(png_bytes(page_image(["An image page."])))}]})
+    assert images.pages[0].dpi is None and not [n for n in images.notes if "dpi" in n]

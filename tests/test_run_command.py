@@ -19,7 +19,8 @@ from PIL import Image
 from vlm_ocr import samples
 from vlm_ocr.cli.local_files import folder_name, result_folders
 from vlm_ocr.cli.progress import CLEAR, PageProgress
-from vlm_ocr.contract import PageItem, PageReport, check_prefix
+from vlm_ocr.cli.run import summary
+from vlm_ocr.contract import JobResult, PageItem, PageReport, check_prefix
 from vlm_ocr.prompts import PRESETS
 from vlm_ocr_lab.standins.local_endpoint import worker_environ
 
@@ -273,3 +274,21 @@ def test_ctrl_c_stops_in_one_line_and_the_same_command_goes_on(tmp_path: Path) -
     assert again.returncode == 0, again.stderr[-3000:]
     result = json.loads(again.stdout)
     assert result["totals"]["ok"] == 8 and result["totals"]["reused"] >= stored
+
+
+def test_the_summary_says_the_jobs_notes_after_its_pages() -> None:
+    note = "max_pixels 9,000,000 is above this worker's page budget"
+    result = JobResult(
+        job_id="j",
+        status="ok",
+        prefix="poster",
+        manifest_key="poster/manifest.json",
+        pages=[PageReport(page=1, source="poster.pdf", status="ok", key="poster/page-0001.md")],
+        timings={"total_s": 1.0},
+        notes=[note, "page 1 is large and was drawn at 14 dpi within the page budget"],
+    )
+    lines = summary(Path("poster.pdf"), result, lambda key: f"file:///r/{key}").splitlines()
+    assert lines[3:] == [
+        "  note: max_pixels 9,000,000 is above this worker's page budget",
+        "  note: page 1 is large and was drawn at 14 dpi within the page budget",
+    ]

@@ -321,6 +321,11 @@ class PageReport(BaseModel):
     image_sha256: str | None = None
     width: int | None = None
     height: int | None = None
+    dpi: int | None = Field(
+        None,
+        description="The resolution a PDF page was drawn at, in dots per inch (unset for an "
+        "image); under 60 the job's notes say its small print may not be read.",
+    )
     finish_reason: str | None = None
     attempts: int = 0
     tries: int | None = Field(

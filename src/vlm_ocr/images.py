@@ -17,6 +17,9 @@ PNG_LEVEL = 1  # fastest zlib level: ~3x faster than level 6, ~15 % larger on te
 # The image files a job takes (the worker's render and the client's checks read these).
 ACCEPTED_IMAGE_FORMATS = {"PNG", "JPEG", "WEBP", "TIFF", "MPO"}
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".webp", ".tif", ".tiff"}
+# A PDF page drawn under this resolution (a poster or a drawing sheet within the page budget)
+# has its 10 pt print under 8 px high, which a model reads badly or not at all: the job says so.
+LOW_DPI = 60
 
 
 @dataclass(frozen=True)
@@ -151,3 +154,12 @@ class PageImage:
 
     def pil(self) -> Image.Image:
         return Image.open(io.BytesIO(self.png)).convert("RGB")
+
+    @property
+    def dpi(self) -> int | None:
+        """The resolution a PDF page was drawn at (by area, so a page turned upright keeps it);
+        None for an image, whose size in inches is not known."""
+        if self.pdf_size is None:
+            return None
+        inches = self.pdf_size[0] * self.pdf_size[1] / 72**2
+        return round(math.sqrt(self.width * self.height / inches)) if inches > 0 else None

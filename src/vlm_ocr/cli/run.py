@@ -233,6 +233,7 @@ def summary(path: Path, result: JobResult, uri: Any, *, shared: bool = False) ->
     for label, key in (("document", result.document_key), ("pdf", result.searchable_pdf_key)):
         if key:
             lines.append(f"  {label + ':':<10}{uri(key)}")
+    lines += [f"  note: {in_our_words(note)}" for note in result.notes]
     if result.error:
         lines.append(f"  error: {in_our_words(result.error)}")
     return "\n".join(lines)

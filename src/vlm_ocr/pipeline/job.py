@@ -28,7 +28,7 @@ from typing import Any
 from ..contract import JobInput, JobResult, PageReport, Totals, format_ranges
 from ..engines.base import Engine
 from ..errors import InputError, StorageError
-from ..images import BLANK_DETECTOR, Budget
+from ..images import BLANK_DETECTOR, LOW_DPI, Budget
 from ..prompts import Prompt
 from ..settings import FetchSettings
 from ..storage import BucketInputs, JobKeys, Store, put_json
@@ -216,7 +216,8 @@ class JobRunner:
             notes=self._notes(ready.input, ready.prompt)
             + document.notes
             + whole.notes
-            + _review_note(pages),
+            + _review_note(pages)
+            + _low_dpi_note(pages),
             errors=problems + [f"page {p.page}: {p.error}" for p in pages if p.error],
         )
 
@@ -259,7 +260,7 @@ class JobRunner:
                 "larger pages)"
             )
         facts = self.engine.facts
-        if not facts.uses_prompt:
+        if not facts.uses_prompt and (job.prompt or job.custom_prompt):  # asked for, not used
             notes.append(
                 f"the {facts.name} engine reads no prompt; "
                 f"prompt {prompt.name!r} (version {prompt.version}) was not used"
@@ -296,6 +297,24 @@ def _review_note(pages: list[PageReport]) -> list[str]:
     if not flagged:
         return []
     return [f"second opinion: pages {format_ranges(flagged)} to review (see their `differences`)"]
+
+
+def _low_dpi_note(pages: list[PageReport]) -> list[str]:
+    low = [p for p in pages if p.dpi is not None and p.dpi < LOW_DPI and p.status != "failed"]
+    if not low:
+        return []
+    least = min(p.dpi or 0 for p in low)
+    which = format_ranges([p.page for p in low])
+    subject = (
+        f"page {which} is large and was drawn at"
+        if len(low) == 1
+        else f"pages {which} are large and were drawn at as little as"
+    )
+    return [
+        f"{subject} {least} dpi within the page budget: print under about "
+        f"{round(8 * 72 / max(least, 1))} pt may not be read (a larger MAX_PIXELS, up to the "
+        "model family's own budget, or the page cut into parts and sent as images reads it)"
+    ]
 
 
 def _digest(doc: dict[str, Any]) -> str:

@@ -194,6 +194,7 @@ class PageWork:
             image_sha256=image.sha256 if image else None,
             width=image.width if image else None,
             height=image.height if image else None,
+            dpi=image.dpi if image else None,
             finish_reason=rec.finish_reason if rec else None,
             attempts=rec.attempts if rec else 0,
             tries=self.tries or None,

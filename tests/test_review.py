@@ -293,6 +293,34 @@ def test_a_large_job_is_cut_to_the_size_asked_for_saying_what_is_left_out(job: J
     assert "<img" not in out.read_text(encoding="utf-8")
 
 
+def test_a_revised_pdf_of_the_same_name_and_size_is_drawn_with_a_doubt_on_each_page(
+    job: Job, page: Path
+) -> None:
+    # The job's own PDF: no doubt of any page (the review page of the fixture).
+    assert "may not be the page the job read" not in page.read_text(encoding="utf-8")
+    # The same name and page size, its pages in another order: each page's words elsewhere
+    # (page 3's scripted answer has too few words, its markup aside, to tell by).
+    revised = job.folder.parent / "revised" / job.pdf.name
+    revised.parent.mkdir()
+    revised.write_bytes(samples.pdf_from_pages([PAGES[1], PAGES[2], PAGES[0]]))
+    out = job.folder.parent / "revised.html"
+    proc = review(str(job.folder), "--pdf", str(revised), "-o", str(out), cwd=job.folder.parent)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (
+        "pages 1-2: the words the job read are mostly not in the given PDF's pages (each says "
+        "so): is it the document the job read?"
+    ) in proc.stdout
+    html = out.read_text(encoding="utf-8")
+    doubts = re.findall(
+        r"<li>Picture: page (\d) of lease and notice.pdf may not be the page the job read: of "
+        r"the (\d+) words the job read on it, (\d+) are in that page&#x27;s own text",
+        html,
+    )
+    assert sorted(int(n) for n, _, _ in doubts) == [1, 2], doubts
+    assert all(int(shared) < int(read) / 2 for _, read, shared in doubts)
+    assert html.count("<img") == 3  # only a doubt: the pictures are still drawn
+
+
 def test_an_images_job_finds_each_picture_by_the_name_the_job_gave_it(tmp_path: Path, run) -> None:
     folder = tmp_path / "scans"
     folder.mkdir()

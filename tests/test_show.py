@@ -284,3 +284,33 @@ def test_a_folder_holding_job_folders_names_them(tmp_path: Path, capsys, monkeyp
         "RESULTS: r1 holds no manifest.json, but job folders are inside it: give one of them as "
         "RESULTS (r1/three, r1/two)\n"
     )
+
+
+def test_a_pdf_of_the_pages_size_whose_words_are_not_the_jobs_is_drawn_with_a_doubt(
+    tmp_path: Path, capsys
+) -> None:
+    job = write_read_job(tmp_path / "r3", "lease", "lease.pdf", (1064, 1505), (595, 842))
+    read = (
+        "The tenant shall keep the premises clean, repair any damage caused by guests, pay the "
+        "monthly rent before the fifth working day, and return every single key when the lease finally ends."
+    )
+    (job / "page-0001.md").write_text(read)
+    other = (
+        "Minutes of the annual meeting: members present approved last year's accounts, elected "
+        "three officers, thanked volunteers, discussed parking behind the hall, adjourned early."
+    )
+    for name, text in (("lease.pdf", read), ("minutes.pdf", other)):
+        with pymupdf.open() as pdf:
+            pdf.new_page(width=595, height=842).insert_textbox((72, 72, 520, 400), text)
+            pdf.save(tmp_path / name)
+    out = tmp_path / "page.png"
+    show_page = ["show", str(job), "--page", "1", "-o", str(out)]
+    assert cli.main([*show_page, "--pdf", str(tmp_path / "lease.pdf")]) == 0
+    assert "may not be the page" not in capsys.readouterr().out
+    assert cli.main([*show_page, "--pdf", str(tmp_path / "minutes.pdf")]) == 0
+    said = capsys.readouterr().out
+    assert (
+        "  page 1: page 1 of minutes.pdf may not be the page the job read: of the 21 words the "
+        "job read on it, 0 are in that page's own text; give the document the job read\n"
+    ) in said
+    assert "blank page" not in said  # only a doubt: the page is drawn under the blocks

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import re
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -36,6 +37,13 @@ SIDE = 1100  # pixels: the longer side of a page's picture in the review (the sc
 SHAPE_TOLERANCE = 0.05
 POINTS_TOLERANCE = 0.01  # a PDF page's size in points, as the job recorded it
 JPEG_QUALITY = 75
+# A page whose reading shares fewer than half its words with the PDF page's own text is doubted
+# (the same page read by any engine here shares most of them); fewer than 20 words tell nothing.
+MIN_WORDS = 20
+MIN_SHARED = 0.5
+_MARKUP = re.compile(r"<[^<>]*>|\]\([^()\s]*\)|https?://\S+")  # tags, link targets, addresses
+_WORD = re.compile(r"[^\W\d_]{4,}")
+_CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]{2,}")
 PDF_ACCEPTED = "the PDF the job read"
 IMAGES_ACCEPTED = "the folder of the images the job read, under the names it gave them"
 
@@ -102,25 +110,38 @@ class Pictures:
     otherwise: str = "no picture of this page: its document was not given (--pdf or --images)"
 
     def image(
-        self, page: PageReport, size: tuple[int, int] | None, blocks: PageBlocks | None = None
+        self,
+        page: PageReport,
+        size: tuple[int, int] | None,
+        blocks: PageBlocks | None = None,
+        text: str | None = None,
     ) -> tuple[Image.Image | None, str]:
         """The page's picture, turned as the worker read it, of `size` (the image the worker
         read: the blocks' boxes are in its pixels), or None and why; None too when the picture
-        found cannot be the page the job read (`not_the_page`)."""
+        found cannot be the page the job read (`not_the_page`). With a picture, the second value
+        is a doubt: the page `text` the job read is mostly not in the PDF page's own text
+        (`words_elsewhere`), or ""."""
         where = self.pages.get(page.page)
         if where is None:
             return None, self.missing.get(page.page, self.otherwise)
         try:
             if why := not_the_page(where, page, blocks):
                 return None, why
-            return source_page(where.path, where.number, size or _size_of(where), page.rotated), ""
+            size = size or _size_of(where)
+            image = source_page(where.path, where.number, size, page.rotated)
+            return image, words_elsewhere(where, text)
         except (OSError, ValueError, RuntimeError, IndexError, Image.DecompressionBombError) as exc:
             return None, f"the page could not be drawn from {where.path.name}: {exc}"
 
     def jpeg(
-        self, page: PageReport, size: tuple[int, int] | None, blocks: PageBlocks | None = None
+        self,
+        page: PageReport,
+        size: tuple[int, int] | None,
+        blocks: PageBlocks | None = None,
+        text: str | None = None,
     ) -> tuple[bytes | None, str]:
-        """The page's picture as a JPEG of the shape of `size`, at most SIDE pixels long."""
+        """The page's picture as a JPEG of the shape of `size`, at most SIDE pixels long (and
+        a doubt, as `image` says)."""
         where = self.pages.get(page.page)
         if where is not None and size is None:
             try:
@@ -130,12 +151,12 @@ class Pictures:
         if size is not None:
             scale = min(1.0, SIDE / max(size))
             size = (max(1, round(size[0] * scale)), max(1, round(size[1] * scale)))
-        image, why = self.image(page, size, blocks)
+        image, why = self.image(page, size, blocks, text)
         if image is None:
             return None, why
         buf = io.BytesIO()
         image.save(buf, format="JPEG", quality=JPEG_QUALITY, optimize=True)
-        return buf.getvalue(), ""
+        return buf.getvalue(), why
 
 
 def source_page(
@@ -212,6 +233,42 @@ def not_the_page(where: Where, page: PageReport, blocks: PageBlocks | None) -> s
         f"of the page the job read ({_shape((width, height), 'pixels')}); give the document "
         "the job read"
     )
+
+
+def words_elsewhere(where: Where, text: str | None) -> str:
+    """A doubt, or "": the words the job read on its page (`text`) are mostly not in the PDF
+    page's own text layer, so the PDF given may be another document of the same page size (a
+    revised file under the same name, another document of one template). Only a doubt: a text
+    layer can be garbled (fonts without a Unicode map), which is when pages are sent to be
+    read, so the picture is still drawn. A scanned page, or a page of few words, tells
+    nothing."""
+    if text is None or not _is_pdf(where.path):
+        return ""
+    read = _words(text)
+    if len(read) < MIN_WORDS:
+        return ""
+    with pymupdf.open(where.path, filetype="pdf") as pdf:
+        own = _words(pdf[where.number - 1].get_text("text"))
+    if len(own) < MIN_WORDS:
+        return ""
+    shared = len(read & own)
+    if shared >= MIN_SHARED * len(read):
+        return ""
+    return (
+        f"page {where.number} of {where.path.name} may not be the page the job read: of the "
+        f"{len(read)} words the job read on it, {shared} are in that page's own text; give the "
+        "document the job read"
+    )
+
+
+def _words(text: str) -> set[str]:
+    """Words of four letters or more, and each pair of CJK characters running together (a
+    script without spaces): markup and numbers, which a reading writes its own way, left out."""
+    text = _MARKUP.sub(" ", text).lower()
+    words = set(_WORD.findall(_CJK_RUN.sub(" ", text)))
+    for run in _CJK_RUN.findall(text):
+        words.update(run[i : i + 2] for i in range(len(run) - 1))
+    return words
 
 
 def _shape(size: tuple[float, float], unit: str) -> str:

@@ -85,7 +85,7 @@ async def show_main(settings: Settings, args: argparse.Namespace) -> int:
         max_bytes = settings.fetch.max_download_bytes
         found = await pictures.find(args, [report], inputs, Path(tmp), max_bytes)
         size = (view.blocks.width, view.blocks.height)
-        page, why = found.image(report, size, view.blocks)
+        page, why = found.image(report, size, view.blocks, view.text)
     try:
         draw(view.blocks, page).save(out)
     except OSError as exc:
@@ -96,7 +96,9 @@ async def show_main(settings: Settings, args: argparse.Namespace) -> int:
     for note in found.notes:
         if note != why:
             print(f"  {note}")
-    if why:
+    if why and page is not None:  # drawn, but perhaps not the page the job read
+        print(f"  page {args.page}: {why}")
+    elif why:
         print(f"  page {args.page}: {why}; its blocks are drawn on a blank page")
     return 0
 

@@ -17,7 +17,7 @@ import argparse
 import asyncio
 import sys
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...contract import JobResult, PageReport, format_ranges, parse_selection
@@ -87,6 +87,12 @@ async def review_main(settings: Settings, args: argparse.Namespace) -> int:
         why = (
             f"Not shown: pages {short_ranges(left)} ({len(left):,}), past the size limit of "
             f"{args.max_mb:g} MB (--max-mb); show them with --pages or a larger --max-mb."
+        )
+    if shown.doubted:
+        pages = "pages" if len(shown.doubted) > 1 else "page"
+        notes.append(
+            f"{pages} {short_ranges(sorted(shown.doubted))}: the words the job read are mostly "
+            f"not in the given PDF's {pages} (each says so): is it the document the job read?"
         )
     head = summary(job, [p.page for p in shown.pages], why, notes, missing)
     html = document(job, head, shown.sections)
@@ -179,6 +185,8 @@ def chosen_pages(job: JobResult, selection: str | None) -> list[PageReport]:
 class Shown:
     pages: list[PageReport]
     sections: list[str]
+    #: pages whose picture may not be the page the job read (`pictures.words_elsewhere`)
+    doubted: list[int] = field(default_factory=list)
 
 
 def render(
@@ -197,8 +205,10 @@ def render(
         size = (view.blocks.width, view.blocks.height) if view.blocks else None
         if size is None and r.width and r.height:
             size = (r.width, r.height)
-        jpeg, why = found.jpeg(r, size, view.blocks)
+        jpeg, why = found.jpeg(r, size, view.blocks, view.text)
         section = heading(shown.pages, r, pages, missing) + page_section(view, jpeg, why)
+        if jpeg is not None and why:
+            shown.doubted.append(r.page)
         cost = len(section.encode())
         if used + cost > budget:
             return shown

@@ -65,7 +65,8 @@ def page_section(view: PageView, jpeg: bytes | None, why_no_picture: str) -> str
     return (
         f'<article class="{classes}" id="page-{report.page}" data-page="{report.page}">'
         f"<h3>Page {report.page} {chips}</h3>"
-        f'<p class="facts">{facts(view)}</p>{problems(view)}'
+        f'<p class="facts">{facts(view)}</p>'
+        f"{problems(view, why_no_picture if jpeg is not None else '')}"
         f'<div class="cols">{sheet(view, jpeg, why_no_picture)}'
         f'<div class="side"><h4>Block</h4><div class="block-view"><p class="hint"></p></div>'
         f"{templates(view)}{opinion(view)}{stored_text(view)}</div></div></article>"
@@ -91,9 +92,10 @@ def facts(view: PageView) -> str:
     return " · ".join(parts)
 
 
-def problems(view: PageView) -> str:
+def problems(view: PageView, doubt: str = "") -> str:
+    """What is wrong with the page or its files, and a doubt of its picture."""
     r = view.report
-    lines = []
+    lines = [f"Picture: {escape(doubt)}"] if doubt else []
     if r.error:
         lines.append(f"Failed ({escape(r.error_stage or 'unknown stage')}): {escape(r.error)}")
     if r.fallback:

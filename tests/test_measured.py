@@ -82,11 +82,11 @@ def test_a_run_that_set_what_is_now_the_default_ran_at_the_defaults() -> None:
 
 def test_the_latest_run_of_one_checkpoint_of_a_family() -> None:
     rows = [
-        measured.parse(_row(family="qwen-vl", model="org/AWQ", commit="a")),
-        measured.parse(_row(family="qwen-vl", model="org/FP8", commit="b")),
+        measured.parse(_row(family="lighton-ocr-3", model="org/0.8B", commit="a")),
+        measured.parse(_row(family="lighton-ocr-3", model="org/4B", commit="b")),
     ]
-    assert measured.latest("qwen-vl", rows=rows).commit == "b"  # type: ignore[union-attr]
-    assert measured.latest("qwen-vl", model="org/AWQ", rows=rows).commit == "a"  # type: ignore[union-attr]
+    assert measured.latest("lighton-ocr-3", rows=rows).commit == "b"  # type: ignore[union-attr]
+    assert measured.latest("lighton-ocr-3", model="org/0.8B", rows=rows).commit == "a"  # type: ignore[union-attr]
 
 
 def test_a_run_is_at_its_defaults_in_its_familys_start_mode() -> None:
@@ -153,3 +153,15 @@ def test_the_batched_tokens_the_engine_ran_with_decide_over_what_the_row_set() -
     assert row(own // 2).off_defaults == {"MAX_NUM_BATCHED_TOKENS": str(own // 2)}
     assert row(own).at_defaults
     assert row(own, MAX_NUM_BATCHED_TOKENS=str(own)).at_defaults  # set to what is now its own
+
+
+def test_a_run_with_flashinfers_sampler_is_off_the_hosts_defaults() -> None:
+    # the host samples with vLLM's Triton filter; FlashInfer's compiles at its first page there
+    flashinfer = measured.parse(_row(family="lighton-ocr", start_mode="fast", sampler="FlashInfer"))
+    assert flashinfer.off_defaults == {"FLASHINFER_SAMPLER": "1"}
+    own = "vLLM's own, FlashInfer's not used: VLLM_USE_FLASHINFER_SAMPLER=0"
+    for row in (
+        _row(family="lighton-ocr", start_mode="fast", sampler=own),
+        _row(family="lighton-ocr", start_mode="fast"),
+    ):
+        assert measured.parse(row).at_defaults

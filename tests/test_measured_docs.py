@@ -77,7 +77,7 @@ def test_the_tables_read_rows_as_the_reader_gives_them() -> None:
             '"phases": {"first_log_line_at_s": 20.5, "engine_init_s": 40.0, "warmup_page_s": 0.8}, '
             '"pages": 256, "failed": 2, "failed_by_reason": {"engine: HTTP 400": 2}, '
             '"pages_per_s": 12.5, "direct_pages_per_s": 12.0, "usd_per_million_pages": 88.7, '
-            '"gauges": "256 running"}'
+            '"gauges": "256 running", "start_mode": "fast"}'
         )
     ]
     starts = measured_docs.starts_table(rows).splitlines()

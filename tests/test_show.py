@@ -292,7 +292,8 @@ def test_a_pdf_of_the_pages_size_whose_words_are_not_the_jobs_is_drawn_with_a_do
     job = write_read_job(tmp_path / "r3", "lease", "lease.pdf", (1064, 1505), (595, 842))
     read = (
         "The tenant shall keep the premises clean, repair any damage caused by guests, pay the "
-        "monthly rent before the fifth working day, and return every single key when the lease finally ends."
+        "monthly rent before the fifth working day, and return every single key when the "
+        "lease finally ends."
     )
     (job / "page-0001.md").write_text(read)
     other = (

@@ -12,9 +12,10 @@
 # flashinfer-jit-cache is not installed (the bundle has not got it, the image's vLLM has), and a
 # failed compile kills the engine in its profiling run; so the host measures vLLM's Triton top-p
 # unless FLASHINFER_SAMPLER=1 (a GPU check's own variable: `lighton-ocr,FLASHINFER_SAMPLER=1`).
-# (With the 0.32 bundle the sampler bench compiled it; untried inside the engine. The two differ
-# by about 1.4 ms a step at 256 sequences, and the Triton filter compiles again for new batch
-# shapes in a fresh engine's first busy minute: docs/models.md.)
+# (Inside the engine, at 6a7fb4a on vLLM 0.32, it compiled on the warm-up page, which took some
+# 80 s longer: a start not comparable with the image's. The two differ by about 1.4 ms a step at
+# 256 sequences, and the Triton filter compiles again for new batch shapes in a fresh engine's
+# first busy minute: docs/models.md.)
 # The compile caches go to /runpod-volume, as on a RunPod endpoint with a network volume, so
 # they are keyed and published as the worker does there.
 A=/tmp/acc

@@ -106,6 +106,11 @@ class Run:
         # on it and not on the worker, so neither pace compares with a row at the defaults
         if self.extra.get("direct_first"):
             off["DIRECT_FIRST"] = "1"
+        # the sampler: the host's is vLLM's own Triton filter (dev/gpu/env.sh), since FlashInfer's
+        # is compiled at its first page where flashinfer-jit-cache is missing (the host's case,
+        # not the image's), so a FlashInfer row's start is not comparable with the others'
+        if str(self.extra.get("sampler", "")).startswith("FlashInfer"):
+            off["FLASHINFER_SAMPLER"] = "1"
         return off
 
     @property

@@ -58,9 +58,14 @@ def rows() -> list[Row]:
             fresh = measured.latest(family.name, start="fresh", rows=benched) or measured.latest(
                 family.name, start="fresh", rows=own
             )
-            warm = measured.latest(family.name, start="warm", rows=own)
-            other = measured.latest(
-                family.name, overrides=measured.other_start(family.name), rows=own
+            other_start = measured.other_start(family.name)
+            other = measured.latest(family.name, overrides=other_start, rows=own)
+            # on warm caches in the mode the table shows it in (`pace`)
+            warm = measured.latest(
+                family.name,
+                start="warm",
+                overrides=other_start if fresh is None and other else None,
+                rows=own,
             )
             found.append(Row(family, c, fresh, warm, other))
     return found
@@ -117,8 +122,12 @@ def score(c: Checkpoint, best: float | None) -> str:
 
 
 def pace(row: Row, cheapest: float | None) -> tuple[str, str, str, str]:
-    """Pages/s worker / direct, the cold start, the cost, and what measured them."""
-    run = row.run
+    """Pages/s worker / direct, the cold start, the cost, and what measured them; a checkpoint
+    measured only in the start mode that is not its family's (since changed) is shown in it,
+    so named."""
+    run, mode = row.run, ""
+    if run is None and row.other is not None:
+        run, mode = row.other, f"`START_MODE={row.other.start_mode}`: "
     if run is None:
         return NOT_MEASURED, NOT_MEASURED, "—", "—"
     if run.pages_per_s is None:
@@ -126,13 +135,13 @@ def pace(row: Row, cheapest: float | None) -> tuple[str, str, str, str]:
         speed = f"no figure: {run.failed} of {run.pages} pages failed ({reasons})"
     else:
         direct = f"{run.direct_pages_per_s:g}" if run.direct_pages_per_s else "—"
-        speed = f"{run.pages_per_s:g} / {direct} ({run.pages} pages)"
-    start = f"{run.engine_ready_s:g} s fresh" if run.engine_ready_s is not None else "—"
+        speed = f"{mode}{run.pages_per_s:g} / {direct} ({run.pages} pages)"
+    start = f"{mode}{run.engine_ready_s:g} s fresh" if run.engine_ready_s is not None else "—"
     if row.warm is not None and row.warm.engine_ready_s is not None:
         other = f", vLLM {row.warm.vllm}" if row.warm.vllm != run.vllm else ""
         start += f", {row.warm.engine_ready_s:g} s on warm caches{other}"
     other = row.other  # beside the default's start only when on the same vLLM: comparable
-    if other is not None and other.engine_ready_s is not None and other.vllm == run.vllm:
+    if other not in (None, run) and other.engine_ready_s is not None and other.vllm == run.vllm:
         paced = f" and {other.pages_per_s:g} pages/s" if other.pages_per_s is not None else ""
         start += f"; `START_MODE={other.start_mode}`: {other.engine_ready_s:g} s fresh{paced}"
     cost = "—" if run.usd_per_million_pages is None else f"{run.usd_per_million_pages:.0f}"

@@ -82,9 +82,14 @@ PRODUCTION_ARGV = [
     "0",
     "--structured-outputs-config",
     '{"backend": "xgrammar", "disable_any_whitespace": true}',
+    # its family starts `fast`: no torch.compile, decode steps captured at a few sizes
+    "--optimization-level",
+    "0",
     "--compilation-config",
-    '{"cudagraph_capture_sizes": [1, 2, 4, 8, 16, 32, 64, 96, 128, 160, 192], '
-    '"inductor_compile_config": {"combo_kernels": true, "benchmark_combo_kernel": false}}',
+    '{"cudagraph_mode": "FULL_DECODE_ONLY", "cudagraph_capture_sizes": [1, 2, 4, 8, 16, 32, 64, '
+    "128, 192]}",
+    "--kernel-config",
+    '{"enable_jit_warmup": false}',
 ]
 
 
@@ -96,7 +101,7 @@ def test_production_argv_for_default_model() -> None:
 
 def test_inductor_options_only_where_vllm_compiles_for_a_gpu() -> None:
     # vLLM's CPU build has no combo kernels: without a GPU the compilation config leaves them be
-    argv = server_argv(spec(NO_GPU), 8000)
+    argv = server_argv(spec(NO_GPU, start_mode="throughput"), 8000)
     config = argv[argv.index("--compilation-config") + 1]
     assert config.startswith('{"cudagraph_capture_sizes": [') and "inductor" not in config
 

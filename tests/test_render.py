@@ -6,15 +6,16 @@ import io
 import itertools
 from pathlib import Path
 
+import pymupdf
 import pytest
 from PIL import Image
 
 from vlm_ocr import samples
 from vlm_ocr.errors import PageError
 from vlm_ocr.images import Budget
-from vlm_ocr.pipeline.render import inspect_pdf, render_pdf_page
+from vlm_ocr.pipeline.render import inspect_pdf, render_pdf_page, text_turn
 
-from .support import encrypted_pdf, pdf_with_zero_pages, png_bytes
+from .support import encrypted_pdf, pdf_with_zero_pages, png_bytes, sideways_pdf
 
 BUDGET = Budget(1_000_000)
 _names = itertools.count()
@@ -129,3 +130,19 @@ def test_a_page_on_a_grid_is_drawn_straight_at_its_size_not_resampled(as_file) -
     pix = doc[0].get_pixmap(matrix=pymupdf.Matrix(1440 / rect.width, 2048 / rect.height))
     drawn = Image.frombytes("RGB", (pix.width, pix.height), pix.samples)
     assert Image.open(io.BytesIO(page.png)).convert("RGB").tobytes() == drawn.tobytes()
+
+
+def test_a_text_layer_says_the_turn_that_lays_its_lines_across() -> None:
+    # text set turned counter-clockwise needs as much clockwise; a page shown turned (/Rotate)
+    # adds its own turn; the turned page as drawn
+    for displayed, turns in ((0, [0, 90, 180, 270]), (90, [0, 90])):
+        with pymupdf.open(stream=sideways_pdf(turns, displayed)) as doc:
+            assert [text_turn(page) for page in doc] == [(t - displayed) % 360 for t in turns]
+    # a page of text across with a short sideways label, or too little text to tell: as it is
+    doc = pymupdf.open()
+    page = doc.new_page(width=595, height=842)
+    page.insert_textbox(pymupdf.Rect(72, 72, 523, 500), "A line across the page. " * 12)
+    page.insert_text((560, 700), "Figure 3", rotate=90)
+    short = doc.new_page(width=595, height=842)
+    short.insert_text((300, 400), "Page 7", rotate=90)
+    assert [text_turn(p) for p in doc] == [0, 0]

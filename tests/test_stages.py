@@ -37,7 +37,7 @@ from vlm_ocr.settings import RenderSettings
 from vlm_ocr.storage import JobKeys, PageRecord
 from vlm_ocr_lab.standins.fakes import FakeEngine, MemoryStore
 
-from .support import TEST_PIXELS, b64
+from .support import TEST_PIXELS, b64, sideways_pdf
 
 PAGE = ["Article 12", "The tenant pays the rent on the first day of each month."]
 
@@ -117,16 +117,31 @@ def test_fetch_render_takes_no_page_once_the_store_has_failed(loop) -> None:
 # --- upright ------------------------------------------------------------------------------------
 
 
-def test_upright_asks_only_for_scans_and_records_the_turn(loop) -> None:
+def test_upright_asks_only_for_scans_and_records_the_turn(loop, rendering) -> None:
     models = Models(turn=90)
     printed = work(rendered())
-    loop.run(Upright(models, enabled=True).run(printed))  # type: ignore[arg-type]
-    assert models.asked == [] and printed.turn is None  # a text layer lies as printed
+    loop.run(Upright(models, rendering, enabled=True).run(printed))  # type: ignore[arg-type]
+    assert models.asked == [] and printed.turn is None  # its text layer reads across
     scan = work(scanned(rendered()))
-    loop.run(Upright(models, enabled=False).run(scan))  # type: ignore[arg-type]
+    loop.run(Upright(models, rendering, enabled=False).run(scan))  # type: ignore[arg-type]
     assert models.asked == []
-    loop.run(Upright(models, enabled=True).run(scan))  # type: ignore[arg-type]
+    loop.run(Upright(models, rendering, enabled=True).run(scan))  # type: ignore[arg-type]
     assert models.asked == ["upright"] and scan.turn == 90 and "orient_s" in scan.timings
+
+
+def test_a_page_whose_text_layer_runs_sideways_is_turned_as_it_says(loop, rendering) -> None:
+    models = Models(turn=180)  # never asked: the text layer tells
+    image = pdf_page_image(sideways_pdf([90]), 1, Budget(TEST_PIXELS))
+    assert image.text_turn == 90 and not image.scanned
+    off = work(image)
+    loop.run(Upright(models, rendering, enabled=False).run(off))  # type: ignore[arg-type]
+    assert off.turn is None and off.image is image
+    page = work(image)
+    loop.run(Upright(models, rendering, enabled=True).run(page))  # type: ignore[arg-type]
+    assert models.asked == [] and page.turn == 90 and "orient_s" in page.timings
+    assert page.image is not None and page.image.text_turn == 0  # upright now
+    assert (page.image.width, page.image.height) == (image.height, image.width)
+    assert page.image.pdf_size == (842, 595) and page.image.sha256 != image.sha256
 
 
 # --- reuse --------------------------------------------------------------------------------------

@@ -114,7 +114,8 @@ def ink_fraction(image: Image.Image) -> float:
 class PageImage:
     """A rendered page as PNG; `sha256` identifies its pixels (used to reuse stored results);
     `blank` says it has no ink to read (see `ink_fraction`); `scanned` that its text is only
-    pixels (an image, or a PDF page without a text layer), so it may lie sideways. A PDF page
+    pixels (an image, or a PDF page without a text layer), so it may lie sideways (a PDF page's
+    text layer says so itself: `text_turn`). A PDF page
     also carries its size in points (`pdf_size`, to place what was read on the page) and the
     text of its own text layer, if it has one (`text_layer`)."""
 
@@ -126,6 +127,9 @@ class PageImage:
     scanned: bool = False
     pdf_size: tuple[float, float] | None = None
     text_layer: str | None = field(default=None, repr=False)
+    #: the clockwise turn a PDF page drawn as displayed needs, as its text layer's lines run
+    #: (down, up or upside down: a sideways table set on its own page); 0 when they read across
+    text_turn: int = 0
 
     @classmethod
     def of(
@@ -135,6 +139,7 @@ class PageImage:
         scanned: bool = False,
         pdf_size: tuple[float, float] | None = None,
         text_layer: str | None = None,
+        text_turn: int = 0,
     ) -> PageImage:
         digest = hashlib.sha256(f"{image.width}x{image.height}:".encode())
         digest.update(image.tobytes())
@@ -150,6 +155,7 @@ class PageImage:
             scanned,
             pdf_size,
             text_layer or None,
+            text_turn,
         )
 
     def pil(self) -> Image.Image:

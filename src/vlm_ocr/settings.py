@@ -601,8 +601,9 @@ class CpuModelSettings(Group):
 
     auto_rotate: bool = Field(
         True,
-        description="Turn scanned pages (images, PDF pages without a text layer) upright when "
-        "they lie sideways or upside down.",
+        description="Turn pages upright when they lie sideways or upside down: scans (images, "
+        "PDF pages without a text layer) as the CPU models see them, PDF pages with a text "
+        "layer as most of its lines run.",
     )
     second_opinion: bool = Field(
         False,

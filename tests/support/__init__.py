@@ -156,6 +156,26 @@ def pdf_with_zero_pages() -> bytes:
     return bytes(out)
 
 
+SIDEWAYS = [
+    "Schedule B: the rent for each year of the lease.",
+    "The tenant pays it on the first day of each month.",
+    "A late payment bears interest at two per cent.",
+]
+
+
+def sideways_pdf(turns: list[int], displayed: int = 0) -> bytes:
+    """A PDF with a text layer whose pages hold SIDEWAYS set at each of `turns` (degrees
+    counter-clockwise, as a table turned to fit the page is), each page shown turned
+    `displayed` degrees clockwise (its /Rotate)."""
+    doc = pymupdf.open()
+    for turn in turns:
+        page = doc.new_page(width=595, height=842)
+        box = pymupdf.Rect(72, 72, 523, 770)
+        page.insert_textbox(box, "\n".join(SIDEWAYS), fontsize=14, rotate=turn)
+        page.set_rotation(displayed)
+    return doc.tobytes()
+
+
 def encrypted_pdf() -> bytes:
     doc = pymupdf.open(stream=samples.pdf_from_pages([["secret"]]), filetype="pdf")
     return doc.tobytes(encryption=pymupdf.PDF_ENCRYPT_AES_256, owner_pw="o", user_pw="u")

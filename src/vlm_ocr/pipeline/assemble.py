@@ -141,7 +141,7 @@ def page_sequence(
     models = settings.cpu_models
     return PageSequence(
         render=FetchRender(),
-        upright=Upright(cpu_models, enabled=models.auto_rotate),
+        upright=Upright(cpu_models, rendering, enabled=models.auto_rotate),
         reuse=Reuse(store),
         recognize=Recognize(engine, asyncio.Semaphore(engine_slots), rendering),
         layout=Layout(rendering, blocks_source(engine)),

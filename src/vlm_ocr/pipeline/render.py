@@ -111,8 +111,38 @@ def draw_page(page: pymupdf.Page, budget: Budget) -> PageImage:
         pixels = pixels.resize(size, Image.Resampling.LANCZOS)
     text = page.get_text("text")[:MAX_TEXT_LAYER_CHARS].strip()
     return PageImage.of(
-        pixels, scanned=not text, pdf_size=(rect.width, rect.height), text_layer=text
+        pixels,
+        scanned=not text,
+        pdf_size=(rect.width, rect.height),
+        text_layer=text,
+        text_turn=text_turn(page) if text else 0,
     )
+
+
+def text_turn(page: pymupdf.Page) -> int:
+    """The clockwise turn (0, 90, 180, 270) that lays the page's text across, as displayed: the
+    direction most of its characters run in, where at least TEXT_TURN_SHARE of them run one
+    way (a page of text and a small sideways label stays as it is)."""
+    chars = dict.fromkeys((0, 90, 180, 270), 0)
+    for block in page.get_text("dict")["blocks"]:
+        for line in block.get("lines", ()):
+            # the direction on the page as stored; displayed, it turns with /Rotate (clockwise)
+            quarter = _TURN_OF_DIRECTION.get((round(line["dir"][0]), round(line["dir"][1])))
+            if quarter is not None:
+                count = sum(len(span["text"].strip()) for span in line["spans"])
+                chars[(quarter + page.rotation) % 360] += count
+    total = sum(chars.values())
+    running, most = max(chars.items(), key=lambda kv: kv[1])
+    if total < TEXT_TURN_MIN_CHARS or most < TEXT_TURN_SHARE * total:
+        return 0
+    return (360 - running) % 360
+
+
+# A line's direction (PyMuPDF's `dir`, y down) as the clockwise quarter turns it runs from
+# across: rightwards 0, down 90, leftwards 180, up 270; a slanted line counts for none.
+_TURN_OF_DIRECTION = {(1, 0): 0, (0, 1): 90, (-1, 0): 180, (0, -1): 270}
+TEXT_TURN_MIN_CHARS = 20
+TEXT_TURN_SHARE = 0.6
 
 
 def render_image(path: str, budget: Budget, max_image_pixels: int) -> PageImage:

@@ -224,7 +224,7 @@ def test_a_large_page_drawn_at_a_low_resolution_is_named_in_the_notes(
     assert sheet.dpi == round(((sheet.width or 0) * (sheet.height or 0) / (100 * 60)) ** 0.5)
     [note] = [n for n in result.notes if "dpi" in n]
     assert note.startswith(f"page 2 is large and was drawn at {sheet.dpi} dpi")
-    assert "MAX_PIXELS" in note
+    assert "the job's `max_pixels` up to the worker's MAX_PIXELS" in note
     manifest = json.loads(stored_text(settings, "big/manifest.json"))
     assert [p["dpi"] for p in manifest["pages"]] == [letter.dpi, sheet.dpi]
     assert note in manifest["notes"]

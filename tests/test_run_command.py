@@ -14,6 +14,7 @@ import sys
 import unicodedata
 from pathlib import Path
 
+import pymupdf
 from PIL import Image
 
 from vlm_ocr import samples
@@ -285,10 +286,23 @@ def test_the_summary_says_the_jobs_notes_after_its_pages() -> None:
         manifest_key="poster/manifest.json",
         pages=[PageReport(page=1, source="poster.pdf", status="ok", key="poster/page-0001.md")],
         timings={"total_s": 1.0},
-        notes=[note, "page 1 is large and was drawn at 14 dpi within the page budget"],
+        notes=[note, "page 1 is large (…): the job's `max_pixels` up to the worker's MAX_PIXELS"],
     )
     lines = summary(Path("poster.pdf"), result, lambda key: f"file:///r/{key}").splitlines()
     assert lines[3:] == [
         "  note: max_pixels 9,000,000 is above this worker's page budget",
-        "  note: page 1 is large and was drawn at 14 dpi within the page budget",
+        "  note: page 1 is large (…): `--max-pixels` up to the worker's MAX_PIXELS",
     ]
+
+
+def test_max_pixels_above_the_default_starts_the_runs_engine_with_it(tmp_path: Path) -> None:
+    poster = pymupdf.open()  # 40 by 30 inches: at the test budget, small print is lost
+    poster.new_page(width=2880, height=2160).insert_text((72, 72), "Poster notes.", fontsize=10)
+    (tmp_path / "poster.pdf").write_bytes(poster.tobytes())
+    asked = 4 * TEST_PIXELS
+    proc = vlm_ocr("run", "poster.pdf", "--max-pixels", str(asked), "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout)
+    [page] = result["pages"]
+    assert 0.95 < page["width"] * page["height"] / asked < 1.01  # not the default's budget
+    assert not [n for n in result.get("notes", []) if "above this worker's" in n], result["notes"]

@@ -103,6 +103,7 @@ def in_our_words(text: str) -> str:
     text = _SOURCE_FIELD.sub("", text)
     for field, option in OPTION_OF_FIELD.items():
         text = text.replace(f"{field}: ", f"{option}: ")
+        text = text.replace(f"the job's `{field.removeprefix('input.')}`", f"`{option}`")
     return text
 
 

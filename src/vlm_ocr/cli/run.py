@@ -138,6 +138,9 @@ async def run_main(settings: Settings, args: argparse.Namespace) -> int:
         print(f"vlm-ocr run: note: {note}", file=sys.stderr)
     if args.quiet:
         logging.getLogger().setLevel(logging.WARNING)
+    if args.max_pixels is not None and args.max_pixels > settings.flat()["max_pixels"]:
+        # the run starts its own engine: with the page budget asked for, not the default's
+        settings = settings.with_(max_pixels=args.max_pixels)
     worker = build_worker(settings, out_dir=Path(args.out) if args.out is not None else None)
     progress = PageProgress(
         sum(f.pages for f in files),

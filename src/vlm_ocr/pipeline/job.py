@@ -312,8 +312,9 @@ def _low_dpi_note(pages: list[PageReport]) -> list[str]:
     )
     return [
         f"{subject} {least} dpi within the page budget: print under about "
-        f"{round(8 * 72 / max(least, 1))} pt may not be read (a larger MAX_PIXELS, up to the "
-        "model family's own budget, or the page cut into parts and sent as images reads it)"
+        f"{round(8 * 72 / max(least, 1))} pt may not be read (a larger page budget reads it: "
+        "the job's `max_pixels` up to the worker's MAX_PIXELS, within the model family's own; "
+        "or the page cut into parts and sent as images)"
     ]
 
 

@@ -237,7 +237,9 @@ def test_a_document_other_than_the_jobs_is_said_and_not_drawn_under_its_blocks(
     # review, given the same: the same words, in its summary and in place of the picture.
     html = tmp_path / "review.html"
     assert cli.main(["review", str(job), "--pdf", str(landscape), "-o", str(html)]) == 0
-    assert "the job read two.pdf: its pages are drawn from landscape.pdf" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert "the job read two.pdf: its pages are drawn from landscape.pdf" in said
+    assert "no picture for 1 of the 1 pages shown (page 1; each says why)" in said
     written = html.read_text(encoding="utf-8")
     assert wrong in written and "<img" not in written
 

@@ -256,7 +256,8 @@ def words_elsewhere(where: Where, text: str | None) -> str:
         return ""
     return (
         f"page {where.number} of {where.path.name} may not be the page the job read: of the "
-        f"{len(read)} words the job read on it, {shared} are in that page's own text; give the "
+        f"{len(read)} words the job read on it, {shared} {'is' if shared == 1 else 'are'} in that "
+        "page's own text; give the "
         "document the job read"
     )
 
@@ -269,6 +270,10 @@ def _words(text: str) -> set[str]:
     for run in _CJK_RUN.findall(text):
         words.update(run[i : i + 2] for i in range(len(run) - 1))
     return words
+
+
+def _pages(count: int) -> str:
+    return f"{count} page{'' if count == 1 else 's'}"
 
 
 def _shape(size: tuple[float, float], unit: str) -> str:
@@ -304,7 +309,7 @@ def from_pdf(pdf: Path, pages: Sequence[PageReport]) -> Pictures:
                 "PDF; give --images DIR, the folder holding it"
             )
         elif page.page > count:
-            found.missing[page.page] = f"no picture: {pdf.name} has {count} pages"
+            found.missing[page.page] = f"no picture: {pdf.name} has {_pages(count)}"
         else:
             found.pages[page.page] = Where(pdf, page.page)
             if name is not None and name != pdf.name:
@@ -315,7 +320,7 @@ def from_pdf(pdf: Path, pages: Sequence[PageReport]) -> Pictures:
             "their page numbers"
         )
     if beyond := max((p.page for p in pages if p.page > count), default=0):
-        found.notes.append(f"{pdf.name} has {count} pages; the job has pages up to {beyond}")
+        found.notes.append(f"{pdf.name} has {_pages(count)}; the job has pages up to {beyond}")
     return found
 
 
@@ -338,11 +343,6 @@ def from_images(folder: Path, pages: Sequence[PageReport]) -> Pictures:
             )
         else:
             found.pages[page.page] = Where(path, page.page if _is_pdf(path) else 1)
-    if found.missing:
-        found.notes.append(
-            f"no picture in {folder} for {len(found.missing)} of the {len(pages)} pages shown "
-            "(each says why)"
-        )
     return found
 
 

@@ -88,6 +88,12 @@ async def review_main(settings: Settings, args: argparse.Namespace) -> int:
             f"Not shown: pages {short_ranges(left)} ({len(left):,}), past the size limit of "
             f"{args.max_mb:g} MB (--max-mb); show them with --pages or a larger --max-mb."
         )
+    if shown.unpictured and (found.pages or found.missing):  # a document was given or found
+        which = "pages" if len(shown.unpictured) > 1 else "page"
+        notes.append(
+            f"no picture for {len(shown.unpictured)} of the {len(shown.pages)} pages shown "
+            f"({which} {short_ranges(sorted(shown.unpictured))}; each says why)"
+        )
     if shown.doubted:
         pages = "pages" if len(shown.doubted) > 1 else "page"
         notes.append(
@@ -187,6 +193,8 @@ class Shown:
     sections: list[str]
     #: pages whose picture may not be the page the job read (`pictures.words_elsewhere`)
     doubted: list[int] = field(default_factory=list)
+    #: pages drawn on a blank sheet, each saying why
+    unpictured: list[int] = field(default_factory=list)
 
 
 def render(
@@ -209,6 +217,8 @@ def render(
         section = heading(shown.pages, r, pages, missing) + page_section(view, jpeg, why)
         if jpeg is not None and why:
             shown.doubted.append(r.page)
+        elif jpeg is None:
+            shown.unpictured.append(r.page)
         cost = len(section.encode())
         if used + cost > budget:
             return shown

@@ -68,6 +68,11 @@ def test_public_addresses_pass() -> None:
     ("url", "says"),
     [
         ("http://example.com/a.pdf", "not an https URL"),
+        (
+            "example.com/a.pdf",
+            "'example.com/a.pdf' is not an https URL; only https:// URLs are fetched (give the "
+            "whole address: https://example.com/a.pdf)",
+        ),
         ("ftp://example.com/a.pdf", "not an https URL"),
         ("https://localhost/a.pdf", "loopback address"),
         ("https://localhost:abc/", "not a valid URL"),
@@ -89,6 +94,9 @@ def test_refused_urls(url: str, says: str) -> None:
 def test_credentials_and_query_never_shown() -> None:
     url = "https://user:pw@files.example/a.pdf?token=SECRET#frag"
     assert redact(url) == "https://files.example/a.pdf"
+    # without its scheme, as typed, still without what may hold a secret
+    assert redact("files.example/a.pdf?token=SECRET") == "files.example/a.pdf"
+    assert redact("user:pw@files.example/a.pdf#frag") == "files.example/a.pdf"
     with pytest.raises(InputError) as info:
         fetch("http://user:pw@localhost/a.pdf?token=SECRET")
     assert "SECRET" not in str(info.value) and "pw" not in str(info.value)

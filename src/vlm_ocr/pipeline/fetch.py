@@ -77,7 +77,10 @@ def url_target(url: str, field: str, allow_private: bool) -> tuple[str, int]:
         raise InputError(field, f"{shown!r} is not a valid URL (check its host and port)") from None
     allowed = ("https", "http") if allow_private else ("https",)
     if parts.scheme not in allowed:
-        raise InputError(field, f"{shown!r} is not an https URL; only https:// URLs are fetched")
+        whole = "" if parts.scheme else f" (give the whole address: https://{shown})"
+        raise InputError(
+            field, f"{shown!r} is not an https URL; only https:// URLs are fetched{whole}"
+        )
     if not host:
         raise InputError(
             field, f"{shown!r} has no host; give the whole address: https://example.com/file.pdf"

@@ -103,3 +103,22 @@ def test_the_planner_says_which_layout_fits(capsys) -> None:
     assert cli.main(["plan", str(awq), "--gpus", "4", "--gpu-memory", "141"]) == 0
     out = capsys.readouterr().out
     assert "choose TENSOR_PARALLEL_SIZE=1" in out and "runs 4 replica(s)" in out
+
+
+def test_the_planner_offers_and_takes_only_splits_the_models_heads_allow(capsys) -> None:
+    # olmOCR 2 (Qwen2.5-VL 7B): 28 attention heads and 4 KV heads, which 8 GPUs cannot share out
+    olmocr = ROOT / "examples/olmocr-2-7b-1025-fp8.config.json"
+    assert cli.main(["plan", str(olmocr), "--gpus", "8", "--gpu-memory", "80", "--json"]) == 0
+    found = [Layout(**x) for x in json.loads(capsys.readouterr().out)]
+    assert [x.tensor_parallel_size for x in found] == [1, 2, 4]
+    awq = str(ROOT / "examples/qwen3-vl-32b-instruct-awq.config.json")
+    for args in (
+        [awq, "--tensor-parallel-size", "3"],
+        [str(olmocr), "--tensor-parallel-size", "8"],
+    ):
+        assert cli.main(["plan", *args]) == 2
+        tp = args[-1]
+        assert capsys.readouterr().err == (
+            f"vlm-ocr plan: --tensor-parallel-size: {tp}: the model's heads do not split over "
+            f"{tp} GPUs; accepted: {'1, 2, 4, 8' if args[0] == awq else '1, 2, 4'}\n"
+        )

@@ -18,7 +18,7 @@ import argparse
 import dataclasses
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -81,6 +81,25 @@ class ModelShape:
 
 def _text_config(cfg: dict[str, Any]) -> dict[str, Any]:
     return cfg.get("text_config") or cfg.get("llm_config") or cfg
+
+
+TP_SIZES = (1, 2, 4, 8)
+
+
+def tp_sizes(cfg: dict[str, Any]) -> list[int]:
+    """The tensor parallel sizes the model's heads split over, as vLLM requires: its attention
+    heads (the text model's, and the vision encoder's where it has some) a whole number per GPU,
+    its KV heads too or each held whole by a set of GPUs."""
+    text = _text_config(cfg)
+    heads = int(text.get("num_attention_heads") or 1)
+    kv = int(text.get("num_key_value_heads") or heads)
+    vision = cfg.get("vision_config") or {}
+    vision_heads = int(vision.get("num_heads") or vision.get("num_attention_heads") or 1)
+    return [
+        tp
+        for tp in TP_SIZES
+        if heads % tp == 0 and vision_heads % tp == 0 and (kv % tp == 0 or tp % kv == 0)
+    ]
 
 
 def read_shape(cfg: dict[str, Any]) -> ModelShape:
@@ -529,6 +548,14 @@ def sizing(args: argparse.Namespace, settings: Settings) -> Sizing:
         raise usage.UsageError(
             "KV_CACHE_DTYPE", f"{unsized(dtype)}; or give --kv-cache-dtype one of them"
         )
+    tp, fitting = settings.vllm.tensor_parallel_size, tp_sizes(cfg)
+    if tp not in fitting:  # vLLM refuses it at start
+        flag = "--tensor-parallel-size" if args.tensor_parallel_size else "TENSOR_PARALLEL_SIZE"
+        raise usage.UsageError(
+            flag,
+            f"{tp}: the model's heads do not split over {tp} GPUs; accepted: "
+            f"{', '.join(map(str, fitting))}",
+        )
     budget = family.budget(settings.render.max_pixels)
     size = args.page_size or budget.size_for(*A4_POINTS, pdf=True)
     folder = args.config.parent
@@ -547,11 +574,14 @@ class Layout:
     fits: bool
 
 
-def layouts(plan_for: Callable[[int], Plan], gpus: int) -> list[Layout]:
-    """Every layout of `gpus` GPUs (tensor parallel sizes that divide them, the rest replicas),
-    smallest replicas first; a layout fits when each replica holds at least one page."""
+def layouts(
+    plan_for: Callable[[int], Plan], gpus: int, sizes: Sequence[int] = TP_SIZES
+) -> list[Layout]:
+    """Every layout of `gpus` GPUs (tensor parallel sizes among `sizes`, the model's, that
+    divide them, the rest replicas), smallest replicas first; a layout fits when each replica
+    holds at least one page."""
     out = []
-    for tp in (n for n in (1, 2, 4, 8) if n <= gpus and gpus % n == 0):
+    for tp in (n for n in sizes if n <= gpus and gpus % n == 0):
         p = plan_for(tp)
         dp = gpus // tp
         out.append(
@@ -639,7 +669,7 @@ def plan_main(args: argparse.Namespace, settings: Settings | None = None) -> int
     print(f"family: {sized.family.name} ({sized.family.title}); page {w}×{h} px", file=sys.stderr)
     if args.gpus:
         per_gpu = sizes[0] if args.gpu_memory else 141
-        found = layouts(lambda tp: sized.plan(per_gpu, tp), args.gpus)
+        found = layouts(lambda tp: sized.plan(per_gpu, tp), args.gpus, tp_sizes(sized.cfg))
         if args.json:
             print(json.dumps([asdict(x) for x in found], indent=2))
         else:

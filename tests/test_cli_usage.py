@@ -43,7 +43,10 @@ MISTAKES = [
     (["plan", str(JOB_INPUT)], "is not a model's config: it has no num_hidden_layers"),
     (["plan", str(EXAMPLE), "--page-size", "big"], "argument --page-size: 'big' is not WIDTH"),
     (["plan", str(EXAMPLE), "--gpus", "0"], "argument --gpus: '0': accepted: a whole number"),
-    (["plan", str(EXAMPLE), "--max-pixels", "10"], "--max-pixels: 10: Input should be greater"),
+    (
+        ["plan", str(EXAMPLE), "--max-pixels", "10"],
+        "--max-pixels: 10: accepted: a whole number at least 65,536 and at most 16,000,000",
+    ),
     (["show", "nope", "--page", "1"], "RESULTS: no such folder here, and no job manifest at"),
     (["show", "folder", "--page", "1"], "RESULTS: folder holds no manifest.json; accepted:"),
     (["show", "not-a-job", "--page", "1"], "manifest.json is not a job manifest (job_id: Field"),

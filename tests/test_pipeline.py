@@ -230,3 +230,13 @@ def test_a_large_page_drawn_at_a_low_resolution_is_named_in_the_notes(
     assert note in manifest["notes"]
     images = run({"images": [{"base64": b64(png_bytes(page_image(["An image page."])))}]})
     assert images.pages[0].dpi is None and not [n for n in images.notes if "dpi" in n]
+
+
+def test_urls_asked_of_a_local_folder_are_said_to_be_none(run) -> None:
+    pdf = samples.pdf_from_pages(samples.numbered_pages(1, lines=2))
+    result = run({"pdf": {"base64": b64(pdf)}, "presign_urls": True, "output_prefix": "urls"})
+    assert result.status == "ok" and result.manifest_url is None and result.pages[0].url is None
+    assert result.notes == [
+        "presign_urls: no URLs were made; the results are files in a local folder (OUTPUT_DIR), "
+        "and only a bucket's results have URLs (BUCKET_NAME)"
+    ]

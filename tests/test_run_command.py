@@ -21,7 +21,7 @@ from vlm_ocr import samples
 from vlm_ocr.cli.local_files import folder_name, result_folders
 from vlm_ocr.cli.progress import CLEAR, PageProgress
 from vlm_ocr.cli.run import summary
-from vlm_ocr.contract import JobResult, PageItem, PageReport, check_prefix
+from vlm_ocr.contract import JobResult, PageItem, PageReport, Totals, check_prefix
 from vlm_ocr.prompts import PRESETS
 from vlm_ocr_lab.standins.local_endpoint import worker_environ
 
@@ -284,12 +284,17 @@ def test_the_summary_says_the_jobs_notes_after_its_pages() -> None:
         status="ok",
         prefix="poster",
         manifest_key="poster/manifest.json",
-        pages=[PageReport(page=1, source="poster.pdf", status="ok", key="poster/page-0001.md")],
+        pages=[
+            PageReport(page=1, source="poster.pdf", status="ok", key="poster/page-0001.md"),
+            PageReport(page=2, source="poster.pdf", status="ok", key="poster/page-0002.md"),
+        ],
+        totals=Totals(pages=2, ok=2, reused=1),
         timings={"total_s": 1.0},
         notes=[note, "page 1 is large (…): the job's `max_pixels` up to the worker's MAX_PIXELS"],
     )
     lines = summary(Path("poster.pdf"), result, lambda key: f"file:///r/{key}").splitlines()
-    assert lines[3:] == [
+    assert lines[0].startswith("poster.pdf: 2/2 pages ok (1 reused from an earlier run), ")
+    assert lines[4:] == [
         "  note: max_pixels 9,000,000 is above this worker's page budget",
         "  note: page 1 is large (…): `--max-pixels` up to the worker's MAX_PIXELS",
     ]

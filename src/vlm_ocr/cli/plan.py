@@ -27,7 +27,7 @@ from pydantic import ValidationError
 
 from ..engines.families import FAMILIES, Family, detect
 from ..engines.families.qwen import smart_resize
-from ..settings import KV_CACHE_DTYPES, MIN_PIXELS, Settings
+from ..settings import KV_CACHE_DTYPES, MIN_PIXELS, Settings, accepted_values
 from . import usage
 
 GB = 1e9
@@ -537,6 +537,8 @@ def sizing(args: argparse.Namespace, settings: Settings) -> Sizing:
         name = str(first["loc"][-1]) if first["loc"] else "a flag"
         flag = next((k for k, v in SETTING_OF_FLAG.items() if v == name), name)
         said = first["msg"].removeprefix("Value error, ")  # pydantic's prefix, not the user's
+        if first["type"] != "value_error" and name in Settings.GROUP_OF:  # a bound, a type
+            said = f"accepted: {accepted_values(name)}"  # in the words of the others
         raise usage.UsageError(
             f"--{flag.replace('_', '-')}", f"{first['input']!r}: {said}"
         ) from None

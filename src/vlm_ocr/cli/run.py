@@ -223,8 +223,9 @@ def summary(path: Path, result: JobResult, uri: Any, *, shared: bool = False) ->
     if not result.pages:
         return f"{path}: FAILED: {in_our_words(result.error or '')}"
     t = result.totals
+    reused = f" ({t.reused} reused from an earlier run)" if t.reused else ""
     lines = [
-        f"{path}: {t.ok}/{t.pages} pages ok, {t.chars} characters, "
+        f"{path}: {t.ok}/{t.pages} pages ok{reused}, {t.chars} characters, "
         f"{result.timings['total_s']:.1f} s -> {uri(result.manifest_key or result.prefix)}"
     ]
     note = f" (not {folder_name(path)}: another file of this run has that folder)" if shared else ""

@@ -259,6 +259,11 @@ class JobRunner:
                 "with; pages were rendered within it (raise MAX_PIXELS on the endpoint for "
                 "larger pages)"
             )
+        if job.presign_urls and self.store.kind == "local":
+            notes.append(
+                "presign_urls: no URLs were made; the results are files in a local folder "
+                "(OUTPUT_DIR), and only a bucket's results have URLs (BUCKET_NAME)"
+            )
         facts = self.engine.facts
         if not facts.uses_prompt and (job.prompt or job.custom_prompt):  # asked for, not used
             notes.append(

@@ -602,6 +602,7 @@ def test_two_workers_starting_at_once_on_one_volume_and_a_third_after_them(
     settings = settings_from(
         engine_env(tiny_model),
         enforce_eager=False,
+        start_mode="throughput",  # compiled (its family, Qwen3-VL's, starts `fast`)
         vllm_cache_seed=str(seed),
         vllm_startup_timeout_s=1800,
     )

@@ -72,6 +72,31 @@ def test_bad_input_names_field(raw: object, field: str, says: str) -> None:
     assert says in err.message
 
 
+def test_a_misspelled_field_is_said_with_the_one_meant_and_counted_as_it() -> None:
+    fields = "accepted fields: pdf, pages, images, prompt"
+    err = error_of({"imgaes": [{"url": "https://example.com/a.png"}], "promt": "plain"})
+    assert [line.split(fields)[0] for line in err.lines()] == [
+        "input.imgaes: unknown field (did you mean `images`?); ",
+        "input.promt: unknown field (did you mean `prompt`?); ",
+    ]  # and not "give exactly one document" besides: it gave one, misspelled
+    for name, shape in (
+        ("pdf_url", '`{"pdf": {"url": …}}`'),
+        ("images_base64", '`{"images": [{"base64": …}]}`'),
+    ):
+        [line] = error_of({name: "x"}).lines()
+        assert line.startswith(f"input.{name}: unknown field (give it as {shape}); {fields}")
+    assert (
+        error_of({"pdf": {"ulr": "https://a"}})
+        .lines()[0]
+        .startswith(
+            "input.pdf.ulr: unknown field (did you mean `url`?); accepted fields: base64, url"
+        )
+    )
+    [unknown, none] = error_of({"colour": 1}).lines()  # nothing near: no guess
+    assert unknown.startswith(f"input.colour: unknown field; {fields}")
+    assert none.startswith("input: give exactly one document")
+
+
 def test_every_problem_of_an_input_is_named_at_once_with_what_is_accepted() -> None:
     err = error_of({"pages": 5, "return_text": "yes", "max_side": "big"})
     assert err.lines() == [

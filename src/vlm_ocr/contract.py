@@ -32,7 +32,7 @@ from pydantic import (
 
 from .blocks import HeadersFooters
 from .errors import InputError, InputErrors
-from .field_errors import field_problems, given
+from .field_errors import field_problems, given, meant
 from .prompts import PRESETS
 from .settings import MAX_PIXELS_LIMIT, MAX_SIDE_LIMIT, MIN_PIXELS, MIN_SIDE
 from .urls import redact
@@ -172,6 +172,12 @@ class JobInput(_Strict):
             job = cls.model_validate(raw)
         except ValidationError as exc:
             present = {k for k, v in raw.items() if v is not None and v is not False}
+            # a field misspelled is said with the one it meant: counted as that one here
+            present |= {
+                m
+                for k in present - set(cls.model_fields)
+                if (m := meant(k, list(cls.model_fields)))
+            }
             problems = field_problems(exc, cls, "input") + combination_problems(present)
             raise InputErrors(problems) from None
         if job.images is not None and max_pages is not None and len(job.images) > max_pages:

@@ -5,6 +5,7 @@ own message, which says what is accepted."""
 
 from __future__ import annotations
 
+import difflib
 import json
 import types
 import typing
@@ -34,10 +35,37 @@ def said(err: Any, model: type[BaseModel]) -> str:
         return str(err["msg"]).removeprefix("Value error, ")
     if kind == "extra_forbidden":
         owner = _annotation_at(model, loc[:-1])
-        names = ", ".join(owner.model_fields) if _is_model(owner) else ""
-        return f"unknown field; accepted fields: {names}"
+        fields = list(owner.model_fields) if _is_model(owner) else []
+        hint = ""
+        if (name := meant(str(loc[-1]), fields)) is not None:
+            _, _, source = str(loc[-1]).partition("_")
+            shape = _SOURCE_SHAPE.get((name, source))
+            hint = f" (give it as {shape})" if shape else f" (did you mean `{name}`?)"
+        return f"unknown field{hint}; accepted fields: {', '.join(fields)}"
     annotation, info = _declared_at(model, loc)
     return f"got {given(err.get('input'))}; accepted: {accepted(annotation, info)}"
+
+
+# `pdf_url`, `images_base64`, …: a document's source spelled as one field
+_SOURCE_SHAPE = {
+    (doc, source): (
+        f'`{{"pdf": {{"{source}": …}}}}`'
+        if doc == "pdf"
+        else f'`{{"images": [{{"{source}": …}}]}}`'
+    )
+    for doc in ("pdf", "images")
+    for source in ("url", "base64", "key")
+}
+
+
+def meant(name: str, fields: list[str]) -> str | None:
+    """The field an unknown name most likely meant: one it begins with (`pdf_url`), or one
+    spelled nearly the same (`imgaes`); None when none is near."""
+    head = name.partition("_")[0]
+    if head in fields and head != name:
+        return head
+    close = difflib.get_close_matches(name, fields, n=1, cutoff=0.6)
+    return close[0] if close else None
 
 
 def given(value: Any) -> str:

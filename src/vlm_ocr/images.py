@@ -115,9 +115,9 @@ class PageImage:
     """A rendered page as PNG; `sha256` identifies its pixels (used to reuse stored results);
     `blank` says it has no ink to read (see `ink_fraction`); `scanned` that its text is only
     pixels (an image, or a PDF page without a text layer), so it may lie sideways (a PDF page's
-    text layer says so itself: `text_turn`). A PDF page
-    also carries its size in points (`pdf_size`, to place what was read on the page) and the
-    text of its own text layer, if it has one (`text_layer`)."""
+    text layer says so itself: `text_turn`). A PDF page also carries its size in points
+    (`pdf_size`, to place what was read on the page) and the text of its own text layer, if it
+    has one (`text_layer`)."""
 
     png: bytes = field(repr=False)
     sha256: str

@@ -257,8 +257,7 @@ def words_elsewhere(where: Where, text: str | None) -> str:
     return (
         f"page {where.number} of {where.path.name} may not be the page the job read: of the "
         f"{len(read)} words the job read on it, {shared} {'is' if shared == 1 else 'are'} in that "
-        "page's own text; give the "
-        "document the job read"
+        "page's own text; give the document the job read"
     )
 
 

@@ -215,13 +215,13 @@ def render(
             size = (r.width, r.height)
         jpeg, why = found.jpeg(r, size, view.blocks, view.text)
         section = heading(shown.pages, r, pages, missing) + page_section(view, jpeg, why)
+        cost = len(section.encode())
+        if used + cost > budget:
+            return shown
         if jpeg is not None and why:
             shown.doubted.append(r.page)
         elif jpeg is None:
             shown.unpictured.append(r.page)
-        cost = len(section.encode())
-        if used + cost > budget:
-            return shown
         shown.pages.append(r)
         shown.sections.append(section)
         used += cost

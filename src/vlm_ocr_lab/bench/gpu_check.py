@@ -90,6 +90,10 @@ TARGETS = {
             "lighton-ocr-3-0.8b", "lightonocr-3-0.8b", "lightonai/LightOnOCR-3-0.8B", 240.0, 10.0
         ),
         Target("lighton-ocr-3-4b", "lightonocr-3-4b", "lightonai/LightOnOCR-3-4B", 280.0, 5.0),
+        # the Qwen3.5 chat family (no example config of its own checkpoints' shapes here): the
+        # Qwen3.5-0.8B base, whose shapes its fine-tune LightOnOCR-3-0.8B keeps, in a folder
+        # named for the base, so the family is told as `qwen3.5` and asked as it asks
+        Target("qwen3.5-0.8b", "lightonocr-3-0.8b", "Qwen/Qwen3.5-0.8B", 240.0, 7.7),
     )
 }
 

@@ -438,6 +438,39 @@ def test_pages_stream_as_they_are_stored_then_the_result(tmp_path, loop, cpu_poo
     assert last.result.totals.ok == 3
 
 
+def test_a_job_runpod_stops_leaves_a_manifest_of_the_pages_done(tmp_path, loop, cpu_pool) -> None:
+    import asyncio
+    import time
+
+    engine = FakeEngine(concurrency=4)
+    engine.hold(3)  # the third page's answer never comes: the job is stopped waiting for it
+    worker = new_worker(loop, make_settings(tmp_path), engine, cpu_pool)
+    pdf = samples.pdf_from_pages(samples.numbered_pages(3, lines=2))
+    job = {"id": "job-x", "input": {"pdf": {"base64": b64(pdf)}, "output_prefix": "stopped"}}
+
+    async def consume_two() -> None:  # then stop, as the SDK does: it cancels the handler's task
+        stream = entry.make_stream_handler(loop, worker)(job)
+        for _ in range(2):
+            await anext(stream)
+        await stream.aclose()
+
+    asyncio.run(consume_two())
+    manifest = tmp_path / "out/stopped/manifest.json"
+    deadline = time.monotonic() + 120  # written on the worker's loop, once the task is cancelled
+    while not manifest.is_file() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    engine.release()
+    stopped = JobResult.model_validate_json(manifest.read_text())
+    assert stopped.status == "partial" and stopped.retry
+    assert [p.page for p in stopped.pages] == [1, 2, 3]
+    [held] = [p for p in stopped.pages if p.status != "ok"]  # whichever page asked third
+    assert held.status == "failed" and held.error_stage == "stopped"
+    assert stopped.error == (
+        "the job was stopped (cancelled, or out of time): 2 of 3 pages stored, the rest not "
+        "processed; submitting it again reads only the pages missing"
+    )
+
+
 def test_a_failed_page_streams_as_a_page_and_the_job_completes(tmp_path, loop, cpu_pool) -> None:
     worker = new_worker(loop, make_settings(tmp_path), FakeEngine(concurrency=4), cpu_pool)
     good = b64(png_bytes(page_image(["A readable page."])))

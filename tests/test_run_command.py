@@ -264,6 +264,16 @@ def test_ctrl_c_stops_in_one_line_and_the_same_command_goes_on(tmp_path: Path) -
     assert said and int(said[1]) >= 1, err
     stored = len(list((tmp_path / "results/long").glob("page-*.md")))
     assert stored >= int(said[1])
+    # the manifest lists the pages done and the rest as not processed: show and review find them
+    manifest = json.loads((tmp_path / "results/long/manifest.json").read_text())
+    done = [p["page"] for p in manifest["pages"] if p["status"] == "ok"]
+    assert len(done) == stored and manifest["status"] == "partial" and manifest["retry"]
+    assert manifest["error"] == (
+        f"the job was stopped (cancelled, or out of time): {stored} of 8 pages stored, the rest "
+        "not processed; submitting it again reads only the pages missing"
+    )
+    assert {p["error_stage"] for p in manifest["pages"] if p["page"] not in done} == {"stopped"}
+    assert [p["page"] for p in manifest["pages"]] == list(range(1, 9))
     again = subprocess.run(
         [*command, "--json", "--quiet"],
         cwd=tmp_path,

@@ -47,10 +47,11 @@ class InputErrors(InputError):
 
 @dataclass(frozen=True)
 class JobStop:
-    """A failure outside a page's input that stops its whole job: the store refused a write, or
-    the engine is gone. The job is worth submitting again once that is mended."""
+    """A failure outside a page's input that stops its whole job: the store refused a write, the
+    engine is gone, or the job itself was stopped (cancelled, or out of time). The job is worth
+    submitting again once that is mended."""
 
-    kind: Literal["store", "engine"]
+    kind: Literal["store", "engine", "stopped"]
     message: str
 
 

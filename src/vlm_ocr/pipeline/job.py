@@ -8,7 +8,9 @@
     publish: the manifest stored ─► presigned URLs ─► the JobResult returned
 
 A job that cannot start (bad input, a prefix another job is writing, JSON asked of an engine
-that cannot answer it) is refused with a `JobResult` of the same shape as any failed job.
+that cannot answer it) is refused with a `JobResult` of the same shape as any failed job. A job
+stopped from outside while its pages run leaves a manifest of the pages done
+(`leave_a_manifest`).
 
 A `JobRunner` is built once per worker (`assemble`) from the parts a job uses, named one by
 one: the engine, the store, the bucket inputs, the rendering, the page sequence, the
@@ -21,13 +23,14 @@ import asyncio
 import dataclasses
 import hashlib
 import json
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from ..contract import JobInput, JobResult, PageReport, Totals, format_ranges
 from ..engines.base import Engine
-from ..errors import InputError, StorageError
+from ..errors import InputError, JobStop, StorageError
 from ..images import BLANK_DETECTOR, LOW_DPI, Budget
 from ..prompts import Prompt
 from ..settings import FetchSettings
@@ -75,6 +78,11 @@ class Prepared:
     recognized: float = 0.0
 
 
+log = logging.getLogger(__name__)
+# A stopped job's manifest is written within this (a bucket that does not answer stops no exit).
+STOPPED_WRITE_S = 10.0
+
+
 class JobRunner:
     def __init__(
         self,
@@ -104,6 +112,9 @@ class JobRunner:
         try:
             pages = await self.run_pages(ready)
             whole = await self.whole.finish(job, keys, ready.document, ready.context, pages)
+        except asyncio.CancelledError:  # stopped from outside: say so where the pages are
+            await self.leave_a_manifest(ready)
+            raise
         finally:
             ready.document.close()
         return await self.publish(ready, whole)
@@ -248,6 +259,32 @@ class JobRunner:
                 "timings": timings,
             }
         )
+
+    async def leave_a_manifest(self, ready: Prepared) -> None:
+        """A job stopped from outside (RunPod cancelled it or its time ran out; Ctrl-C on `vlm-ocr
+        run`): its manifest lists the pages done and the rest as not processed, so the stored
+        pages are found, and a job submitted again reads only those missing. Written within
+        STOPPED_WRITE_S, whatever stops it again meanwhile; a store that fails is logged."""
+        done = {r.page: r for r in ready.context.reports}
+        pages = [
+            done.get(ref.number)
+            or PageReport(
+                page=ref.number,
+                source=ref.source,
+                status="failed",
+                error="not processed: the job was stopped before this page was done",
+                error_stage="stopped",
+            )
+            for ref in ready.document.pages
+        ]
+        ready.context.stop = JobStop("stopped", "the job was stopped (cancelled, or out of time)")
+        ready.recognized = time.perf_counter()
+        manifest = self.result(ready, Finished(pages)).manifest()
+        write = asyncio.ensure_future(put_json(self.store, ready.keys.manifest, manifest))
+        try:
+            await asyncio.wait_for(asyncio.shield(write), STOPPED_WRITE_S)
+        except (StorageError, TimeoutError, asyncio.CancelledError) as exc:
+            log.warning("job %s: its manifest was not written (%r)", ready.job_id, exc)
 
     def _notes(self, job: JobInput, prompt: Prompt) -> list[str]:
         notes = []

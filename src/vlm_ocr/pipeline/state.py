@@ -46,6 +46,8 @@ class JobContext:
     edges: dict[int, Edges] = field(default_factory=dict)
     #: where rendered page images are kept for the searchable PDF (a job of images that asks)
     keep_images: Path | None = None
+    #: the pages done so far, in the order they ended (a stopped job's manifest lists them)
+    reports: list[PageReport] = field(default_factory=list)
 
     @property
     def json(self) -> bool:
@@ -62,6 +64,7 @@ class JobContext:
             raise PageError("engine", f"not processed: the engine is down ({engine_failure})")
 
     def finished(self, report: PageReport) -> None:
+        self.reports.append(report)
         self.done += 1
         if self.progress is not None:
             self.progress(PageItem(done=self.done, total=self.total, page=report))

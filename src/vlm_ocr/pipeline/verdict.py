@@ -40,7 +40,13 @@ def verdict(
     status: Status = "failed" if not ok else ("ok" if len(ok) == len(pages) else "partial")
     store_error = stop.message if stop and stop.kind == "store" else None
     engine_error = stop.message if stop and stop.kind == "engine" else engine_failure
+    stopped = stop.message if stop and stop.kind == "stopped" else None
     messages = list(problems)
+    if stopped:
+        messages.append(
+            f"{stopped}: {len(ok)} of {len(pages)} pages stored, the rest not processed; "
+            "submitting it again reads only the pages missing"
+        )
     if store_error or manifest_error:
         # A page is ok or blank only once its text is stored: the two lists follow from status.
         messages.append(
@@ -53,7 +59,7 @@ def verdict(
         messages.append(f"the engine failed and this worker will be replaced: {engine_error}")
     # A stopped job's pages failed for the stop, which its message says; else they failed for
     # reasons of their own, and the job's error says so after any job-level problem.
-    if failed and not (store_error or manifest_error or engine_error):
+    if failed and not (store_error or manifest_error or engine_error or stopped):
         messages.append(pages_failed(failed, len(pages)))
     if messages and status == "ok":
         status = "partial"
@@ -61,7 +67,7 @@ def verdict(
         status,
         " | ".join(messages) or None,
         refresh_worker=bool(engine_error),
-        retry=bool(engine_error or store_error or manifest_error),
+        retry=bool(engine_error or store_error or manifest_error or stopped),
     )
 
 

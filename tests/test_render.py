@@ -146,3 +146,14 @@ def test_a_text_layer_says_the_turn_that_lays_its_lines_across() -> None:
     short = doc.new_page(width=595, height=842)
     short.insert_text((300, 400), "Page 7", rotate=90)
     assert [text_turn(p) for p in doc] == [0, 0]
+    # Chinese set in vertical writing runs down the page, upright as it is: never turned
+    vertical = pymupdf.open()
+    page = vertical.new_page(width=595, height=842)
+    for column in range(6):
+        page.insert_text((500 - 40 * column, 100), samples.LEGAL_PAGES[0][0], fontname="china-t")
+    for xref, *_ in page.get_fonts():  # the font's vertical encoding: its writing mode 1
+        vertical.xref_set_key(xref, "Encoding", "/UniCNS-UTF16-V")
+    with pymupdf.open(stream=vertical.tobytes()) as shown:
+        lines = [ln for b in shown[0].get_text("dict")["blocks"] for ln in b.get("lines", ())]
+        assert lines and all(ln["wmode"] == 1 and ln["dir"] == (0.0, 1.0) for ln in lines)
+        assert text_turn(shown[0]) == 0

@@ -122,10 +122,14 @@ def draw_page(page: pymupdf.Page, budget: Budget) -> PageImage:
 def text_turn(page: pymupdf.Page) -> int:
     """The clockwise turn (0, 90, 180, 270) that lays the page's text across, as displayed: the
     direction most of its characters run in, where at least TEXT_TURN_SHARE of them run one
-    way (a page of text and a small sideways label stays as it is)."""
+    way (a page of text and a small sideways label stays as it is). Lines set in vertical
+    writing (Chinese, Japanese or Korean down the page, `wmode` 1) stand upright as they are
+    and count for none."""
     chars = dict.fromkeys((0, 90, 180, 270), 0)
     for block in page.get_text("dict")["blocks"]:
         for line in block.get("lines", ()):
+            if line.get("wmode"):
+                continue
             # the direction on the page as stored; displayed, it turns with /Rotate (clockwise)
             quarter = _TURN_OF_DIRECTION.get((round(line["dir"][0]), round(line["dir"][1])))
             if quarter is not None:

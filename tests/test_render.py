@@ -143,8 +143,8 @@ def test_a_text_layer_says_the_turn_that_lays_its_lines_across() -> None:
     page = doc.new_page(width=595, height=842)
     page.insert_textbox(pymupdf.Rect(72, 72, 523, 500), "A line across the page. " * 12)
     page.insert_text((560, 700), "Figure 3", rotate=90)
-    short = doc.new_page(width=595, height=842)
-    short.insert_text((300, 400), "Page 7", rotate=90)
+    chart = doc.new_page(width=595, height=842)  # a chart whose one text is its y-axis label
+    chart.insert_text((60, 600), "Annual rainfall in millimetres", rotate=90)
     assert [text_turn(p) for p in doc] == [0, 0]
     # Chinese set in vertical writing runs down the page, upright as it is: never turned
     vertical = pymupdf.open()

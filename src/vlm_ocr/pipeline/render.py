@@ -145,7 +145,7 @@ def text_turn(page: pymupdf.Page) -> int:
 # A line's direction (PyMuPDF's `dir`, y down) as the clockwise quarter turns it runs from
 # across: rightwards 0, down 90, leftwards 180, up 270; a slanted line counts for none.
 _TURN_OF_DIRECTION = {(1, 0): 0, (0, 1): 90, (-1, 0): 180, (0, -1): 270}
-TEXT_TURN_MIN_CHARS = 20
+TEXT_TURN_MIN_CHARS = 50  # a chart whose one text is its y-axis label stays as it is
 TEXT_TURN_SHARE = 0.6
 
 

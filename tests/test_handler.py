@@ -341,10 +341,13 @@ def test_settings_no_job_can_run_with_fail_every_job_with_one_line(
 @pytest.fixture(scope="module")
 def api_server(tmp_path_factory: pytest.TempPathFactory):
     tmp = tmp_path_factory.mktemp("api")
-    proc, url = start_api(handler_env(tmp), timeout_s=120, stdout=subprocess.DEVNULL)
-    yield url, tmp / "out"
-    proc.terminate()
-    proc.wait(timeout=30)
+    env = handler_env(tmp)
+    del env["RUNPOD_LOG_LEVEL"]  # at the SDK's default, as on RunPod
+    with (tmp / "server.log").open("w") as log:  # the SDK's lines go to stdout, the worker's to stderr
+        proc, url = start_api(env, timeout_s=120, stdout=log, stderr=log)
+        yield url, tmp / "out"
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 def test_runsync_over_http(api_server) -> None:
@@ -364,6 +367,11 @@ def test_runsync_over_http(api_server) -> None:
     assert last["event"] == "result" and output["totals"]["ok"] == 2
     for page, truth in zip(output["pages"], pages, strict=True):
         assert similarity((out / page["key"]).read_text(), samples.page_text(truth)) >= 0.9
+    # The SDK's default level (DEBUG) would log every item, presigned URLs and text included: the
+    # worker keeps it at INFO.
+    log = (out.parent / "server.log").read_text()
+    assert f"job {body['id']}: page 2 ok" in log and "output:" not in log
+    assert samples.page_text(pages[0]).splitlines()[0] not in log
 
 
 def test_runsync_bad_input_is_failed_job(api_server) -> None:

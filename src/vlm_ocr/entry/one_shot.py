@@ -22,13 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
-import runpod
-
 from ..contract import JobInput, JobResult, Source
 from ..errors import InputError, InputErrors
 from ..pipeline.fetch import url_target
 from ..pipeline.sources import NO_BUCKET, check_inline_pdf
 from ..settings import Settings
+from .sdk_log import quiet_sdk
 
 log = logging.getLogger("vlm_ocr.handler")
 LOCAL_JOB_ID = "local_test"  # the SDK's id for a local job that names none
@@ -59,9 +58,7 @@ class OneShot:
     def begin(cls, argv: list[str]) -> OneShot:
         """Keep stdout for the result, quiet the SDK unless asked, and read the job."""
         out = keep_stdout_for_the_result()
-        sdk_lines = _sdk_level_asked(argv)
-        if not sdk_lines:
-            runpod.RunPodLogger().set_level("WARN")
+        sdk_lines = not quiet_sdk(argv, "WARN")
         job, problem = read_job(argv)
         return cls(out, job, problem, sdk_lines)
 
@@ -161,9 +158,3 @@ def _test_input(argv: list[str]) -> str | None:
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--test_input")
     return parser.parse_known_args(argv[1:])[0].test_input
-
-
-def _sdk_level_asked(argv: list[str]) -> bool:
-    if os.environ.get("RUNPOD_LOG_LEVEL") or os.environ.get("RUNPOD_DEBUG_LEVEL"):
-        return True
-    return any(a == "--rp_log_level" or a.startswith("--rp_log_level=") for a in argv)

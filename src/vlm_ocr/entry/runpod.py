@@ -31,6 +31,7 @@ from ..settings import Settings
 from .arguments import check_arguments
 from .one_shot import OneShot, is_one_shot
 from .runtime import Finished, WorkerLoop
+from .sdk_log import quiet_sdk
 
 log = logging.getLogger("vlm_ocr.handler")
 # After a job that saw the engine die, give the SDK time to deliver the result, then exit non-zero
@@ -149,6 +150,8 @@ def refuse(reason: str, one_shot: OneShot | None) -> None:
 def main() -> None:
     check_arguments(sys.argv)  # before anything starts: the SDK would ignore a misspelled option
     one_shot = OneShot.begin(sys.argv) if is_one_shot(sys.argv, os.environ) else None
+    if one_shot is None:  # the SDK's DEBUG lines would log every item: its URLs and text
+        quiet_sdk(sys.argv, "INFO")
     try:
         settings: Settings | None = Settings.from_env(os.environ)
     except ConfigError as exc:

@@ -165,3 +165,14 @@ def test_a_run_with_flashinfers_sampler_is_off_the_hosts_defaults() -> None:
         _row(family="lighton-ocr", start_mode="fast"),
     ):
         assert measured.parse(row).at_defaults
+
+
+def test_a_run_on_a_vllm_newer_than_the_images_is_a_trial_off_the_defaults() -> None:
+    from vlm_ocr.engines.vllm.argv import IMAGE_VLLM, vllm_release
+
+    major, minor = vllm_release(IMAGE_VLLM)
+    newer = measured.parse(_row(family="olmocr", start_mode="fast", vllm=f"{major}.{minor + 1}.0"))
+    assert newer.off_defaults == {"VLLM": f"{major}.{minor + 1}"}
+    for vllm in (IMAGE_VLLM, f"{major}.{minor - 1}.0", f"{IMAGE_VLLM}+cu130"):  # the image's, and
+        # an older image's engine, whose rows name it
+        assert measured.parse(_row(family="olmocr", start_mode="fast", vllm=vllm)).at_defaults

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from vlm_ocr.engines.families import FAMILIES
-from vlm_ocr.engines.vllm.argv import vllm_release
+from vlm_ocr.engines.vllm.argv import IMAGE_VLLM, vllm_release
 from vlm_ocr.errors import ConfigError
 from vlm_ocr.settings import Settings, StartMode
 
@@ -111,6 +111,11 @@ class Run:
         # not the image's), so a FlashInfer row's start is not comparable with the others'
         if str(self.extra.get("sampler", "")).startswith("FlashInfer"):
             off["FLASHINFER_SAMPLER"] = "1"
+        # a vLLM newer than the image's is a trial of an engine the image does not ship (older
+        # rows were measured on the image's engine of their day, and name it)
+        release = vllm_release(self.vllm or "")
+        if release > vllm_release(IMAGE_VLLM):
+            off["VLLM"] = ".".join(map(str, release))
         return off
 
     @property

@@ -8,7 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from vlm_ocr.errors import InputError
+from vlm_ocr.contract import JobInput
+from vlm_ocr.errors import InputError, InputErrors
 from vlm_ocr.pipeline.fetch import blocked, download
 from vlm_ocr.urls import redact
 
@@ -100,6 +101,29 @@ def test_credentials_and_query_never_shown() -> None:
     with pytest.raises(InputError) as info:
         fetch("http://user:pw@localhost/a.pdf?token=SECRET")
     assert "SECRET" not in str(info.value) and "pw" not in str(info.value)
+    # a password holding `?`, `#` or `/` unescaped puts the `@` outside the URL's host part
+    for url in (
+        "https://bob:hun?ter2@files.example/a.pdf",
+        "https://bob:h#n/t2@files.example/a.pdf",
+    ):
+        assert redact(url) == "https://files.example/a.pdf", url
+    assert redact("https://bob:123?x@files.example/a") == "https://files.example/a"  # a "port"
+
+
+def test_a_url_given_where_it_does_not_go_is_shown_without_its_secrets() -> None:
+    secret = "https://bob:hunter2@files.example/a.pdf?sig=SECRET"
+    for job, field in (
+        ({"pdf": secret}, "input.pdf"),
+        ({"images": [secret]}, "input.images[0]"),
+        ({"pdf": {"key": secret}}, "input.pdf.key"),
+    ):
+        with pytest.raises(InputErrors) as info:
+            JobInput.parse(job, max_pages=10)
+        said = str(info.value)
+        assert said.startswith(f"{field}: ") and "https://files.example/a.pdf" in said, said
+        assert "hunter2" not in said and "SECRET" not in said and "bob" not in said
+    with pytest.raises(InputErrors, match='is a URL, not a key in the bucket: send it as "url"'):
+        JobInput.parse({"pdf": {"key": secret}}, max_pages=10)
 
 
 def test_loopback_allowed_only_when_configured(server: LoopbackServer) -> None:

@@ -35,7 +35,7 @@ from .errors import InputError, InputErrors
 from .field_errors import field_problems, given, meant
 from .prompts import PRESETS
 from .settings import MAX_PIXELS_LIMIT, MAX_SIDE_LIMIT, MIN_PIXELS, MIN_SIDE
-from .urls import redact
+from .urls import looks_like_url, redact
 
 MAX_PROMPT_CHARS = 8000
 MAX_SELECTION_CHARS = 1000
@@ -61,6 +61,16 @@ class Source(_Strict):
     url: str | None = Field(None, min_length=1, max_length=8192)
     key: str | None = Field(None, min_length=1, max_length=1024)
     name: str | None = Field(None, max_length=200, description="Label shown in the manifest.")
+
+    @field_validator("key")
+    @classmethod
+    def _a_key_not_a_url(cls, key: str | None) -> str | None:
+        if key is not None and looks_like_url(key):
+            raise ValueError(
+                f"{redact(key)!r} is a URL, not a key in the bucket: send it as "
+                '"url" (https), or give the object\'s key'
+            )
+        return key
 
     @model_validator(mode="after")
     def _exactly_one(self) -> Source:

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
 from .errors import InputError
+from .urls import looks_like_url, redact
 
 SHOWN_CHARS = 40  # of a text value quoted back
 
@@ -79,6 +80,8 @@ def given(value: Any) -> str:
     if isinstance(value, str):
         if not value:
             return "empty text"
+        if looks_like_url(value):  # shown as every URL is: its credentials and query may be secret
+            return f"the URL {json.dumps(redact(value), ensure_ascii=False)}"
         if len(value) > SHOWN_CHARS:
             return f"text of {len(value):,} characters"
         return f"the text {json.dumps(value, ensure_ascii=False)}"

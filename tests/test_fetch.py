@@ -82,6 +82,8 @@ def test_public_addresses_pass() -> None:
         ("https://a..b/", "not a valid URL"),
         ("https:///nohost", "'https:///nohost' has no host; give the whole address"),
         ("https://", "'https://' has no host; give the whole address"),
+        ("https://example.com/report\x00.pdf", "is not a valid URL (it holds a control character)"),
+        ("https://example.com/a\x7f.pdf", "is not a valid URL (it holds a control character)"),
     ],
 )
 def test_refused_urls(url: str, says: str) -> None:

@@ -36,6 +36,13 @@ INVOICE = {
 PDF = b64(samples.pdf_from_pages([["Invoice 7", "ACME Ltd", "Total 12.50 EUR"]]))
 
 
+def nested(levels: int) -> dict:
+    schema: dict = {"type": "object"}
+    for _ in range(levels):
+        schema = {"type": "object", "properties": {"a": schema}}
+    return schema
+
+
 @pytest.mark.parametrize(
     ("schema", "extra", "says"),
     [
@@ -43,6 +50,9 @@ PDF = b64(samples.pdf_from_pages([["Invoice 7", "ACME Ltd", "Total 12.50 EUR"]])
         ({"type": "array"}, {}, '"type": "object"'),
         (INVOICE, {"prompt": "markdown"}, "with `json_schema` leave `prompt` out"),
         ({"type": "object", "description": "x" * 20_001}, {}, "over 20,000 characters"),
+        # small, but deep enough to exhaust a recursive validator (a traceback before this check)
+        (nested(300), {}, "nested more than 32 objects and lists deep"),
+        (nested(100), {}, "nested more than 32 objects and lists deep"),
     ],
 )
 def test_a_bad_schema_is_an_input_error(schema: dict, extra: dict, says: str) -> None:
@@ -51,6 +61,10 @@ def test_a_bad_schema_is_an_input_error(schema: dict, extra: dict, says: str) ->
     assert says in str(err.value) and str(err.value).startswith(
         ("input.json_schema", "input.prompt")
     )
+
+
+def test_a_schema_of_a_real_forms_depth_is_taken() -> None:
+    JobInput.parse({"pdf": {"base64": PDF}, "json_schema": nested(12)})
 
 
 def test_the_cpu_engine_refuses_json_jobs(run) -> None:

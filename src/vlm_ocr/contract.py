@@ -297,6 +297,20 @@ def parse_selection(text: str) -> list[tuple[int, int | None]]:
 
 
 MAX_SCHEMA_CHARS = 20_000
+# Deeper than any form a page holds; a schema nested some hundred levels would exhaust the
+# recursion of the validator (and of guided decoding's grammar compiler) before its size did.
+MAX_SCHEMA_DEPTH = 32
+
+
+def _depth(value: Any) -> int:
+    """How many objects and lists deep a JSON value nests, counted without recursion."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        item, level = todo.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, level)
+            todo.extend((v, level + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return deepest
 
 
 def check_json_schema(schema: dict[str, Any]) -> None:
@@ -304,6 +318,10 @@ def check_json_schema(schema: dict[str, Any]) -> None:
     from jsonschema import Draft202012Validator
     from jsonschema.exceptions import SchemaError
 
+    if _depth(schema) > MAX_SCHEMA_DEPTH:  # before anything that recurses through it
+        raise InputError(
+            "input.json_schema", f"nested more than {MAX_SCHEMA_DEPTH} objects and lists deep"
+        )
     if len(json.dumps(schema)) > MAX_SCHEMA_CHARS:
         raise InputError("input.json_schema", f"over {MAX_SCHEMA_CHARS:,} characters")
     try:

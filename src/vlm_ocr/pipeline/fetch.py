@@ -66,6 +66,8 @@ def url_target(url: str, field: str, allow_private: bool) -> tuple[str, int]:
     """Host and port of a URL we may fetch, or InputError saying what is wrong with it: what
     can be told without the network (its address is checked as it is fetched)."""
     shown = redact(url)
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in url):
+        raise InputError(field, f"{shown!r} is not a valid URL (it holds a control character)")
     try:
         parts = urlsplit(url)
         host, port = parts.hostname, parts.port or 443
@@ -163,7 +165,7 @@ async def _download(
                     return size
             except httpx.HTTPError as exc:
                 raise InputError(field, f"GET {shown} failed ({type(exc).__name__})") from None
-            except ValueError:  # a redirect to a URL httpx cannot parse
+            except (ValueError, httpx.InvalidURL):  # a redirect to a URL httpx cannot parse
                 raise InputError(field, f"GET {shown} redirected to an invalid URL") from None
         raise InputError(field, f"more than {MAX_REDIRECTS} redirects")
 

@@ -343,7 +343,8 @@ def api_server(tmp_path_factory: pytest.TempPathFactory):
     tmp = tmp_path_factory.mktemp("api")
     env = handler_env(tmp)
     del env["RUNPOD_LOG_LEVEL"]  # at the SDK's default, as on RunPod
-    with (tmp / "server.log").open("w") as log:  # the SDK's lines go to stdout, the worker's to stderr
+    # the SDK's lines go to stdout, the worker's to stderr
+    with (tmp / "server.log").open("w") as log:
         proc, url = start_api(env, timeout_s=120, stdout=log, stderr=log)
         yield url, tmp / "out"
         proc.terminate()

@@ -46,3 +46,16 @@ def stray_mark() -> Image.Image:
     img = white()
     ImageDraw.Draw(img).ellipse((500, 700, 512, 712), fill=40)
     return img
+
+
+def dark_slide(text_page: Image.Image) -> Image.Image:
+    """Light text on a dark ground, as a dark-themed slide or a negative scan is."""
+    return ImageOps.invert(text_page.convert("L").resize((W, H)))
+
+
+def photo_over(text_page: Image.Image, share: float = 0.6) -> Image.Image:
+    """The top `share` of the page a dark photograph, the text below it."""
+    a = np.asarray(text_page.convert("L").resize((W, H))).copy()
+    top = int(H * share)
+    a[:top] = np.clip(_rng.normal(60, 25, (top, W)), 0, 255).astype(np.uint8)
+    return Image.fromarray(a)

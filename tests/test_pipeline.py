@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
@@ -83,6 +84,24 @@ def test_a_truncated_pdf_whose_last_pages_fail_says_so_in_the_job_error(run) -> 
         "3 of 5 pages failed: pages 3-5: came out blank from a damaged PDF (MuPDF had to repair "
         "the file; it is probably truncated): send the complete file"
     )
+
+
+def test_base64_as_encoders_write_it_is_read(run) -> None:
+    # the URL-safe alphabet (RFC 4648 has both), no padding, a data URL with a parameter, and a
+    # data URL behind leading white space: each is the same image
+    png = png_bytes(page_image(["Clause seven shall remain in force."]))
+    png += b"\0" * (len(png) % 3 == 0)  # so that its base64 ends in padding (after IEND: unread)
+    std = base64.b64encode(png).decode()
+    forms = [
+        base64.urlsafe_b64encode(png).decode(),
+        std.rstrip("="),
+        "data:image/png;charset=utf-8;base64," + std,
+        " " * 300 + "data:image/png;base64," + std,
+    ]
+    assert any(c in forms[0] for c in "-_") and forms[1] != std  # the forms differ from `std`
+    result = run({"images": [{"base64": form} for form in forms], "return_text": True})
+    assert [p.status for p in result.pages] == ["ok"] * 4, result.errors
+    assert len({p.text for p in result.pages}) == 1
 
 
 def test_bad_images_reported_good_ones_stored(run, settings: Settings) -> None:

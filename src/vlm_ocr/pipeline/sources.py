@@ -32,7 +32,9 @@ from . import render
 from .cpu_pool import CpuPool, TaskFailed, TaskTimeout
 from .fetch import DownloadTimeout, download
 
-_DATA_URL = re.compile(r"data:[\w/+.-]{0,100};base64,", re.IGNORECASE)
+# `data:image/png;base64,` and with parameters (`data:image/png;charset=utf-8;base64,`)
+_DATA_URL = re.compile(r"data:[\w/+.-]{0,100}(;[\w.+-]{1,40}=[^;,]{0,100}){0,5};base64,", re.I)
+_URL_SAFE = str.maketrans("-_", "+/")
 FETCH_CONCURRENCY = 8  # files of one job being fetched at once
 T = TypeVar("T")
 
@@ -216,16 +218,25 @@ class _JobBytesExceeded(Exception):
 
 
 def decode_base64(text: str, field: str, max_bytes: int) -> bytes:
-    text = _DATA_URL.sub("", text[:200].lstrip(), count=1) + text[200:]
+    """The bytes of base64 text as encoders write it: the standard or the URL-safe alphabet
+    (RFC 4648 has both), padded or not, wrapped in lines, behind a `data:` URL's prefix."""
+    text = text.lstrip()
+    if found := _DATA_URL.match(text, 0, 700):
+        text = text[found.end() :]
     if len(text) * 3 // 4 > max_bytes:
         raise InputError(
             field, f"the file is over the {max_bytes / 1e6:g} MB limit; use a `url` or `key`"
         )
+    compact = "".join(text.split()).rstrip("=")
+    if "-" in compact or "_" in compact:
+        compact = compact.translate(_URL_SAFE)
     try:
-        data = base64.b64decode("".join(text.split()), validate=True)
+        data = base64.b64decode(compact + "=" * (-len(compact) % 4), validate=True)
     except (binascii.Error, ValueError):
         raise InputError(
-            field, "not valid base64; send the file's bytes base64-encoded (RFC 4648)"
+            field,
+            "not valid base64 (it may hold letters, digits, + and / or - and _, and = at the "
+            "end, and no other character); send the file's bytes base64-encoded",
         ) from None
     if not data:
         raise InputError(field, "the file is empty")

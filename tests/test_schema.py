@@ -150,3 +150,12 @@ def test_selection_beyond_the_end_is_counted_by_ranges_not_pages() -> None:
     assert select_pages("2-,5-", 3, 10) == ([2, 3], "5-")  # an open end stops at the last page
     with pytest.raises(InputError, match="selects no page of this document, which has 3"):
         select_pages("7-9999999", 3, 2000)
+
+
+def test_null_is_a_field_not_given() -> None:
+    # typed clients send every unset option as null: it is the field's default, whatever its type
+    unset = ["pages", "prompt", "max_pixels", "second_opinion", "return_text", "presign_urls"]
+    unset += ["searchable_pdf", "headers_footers", "json_schema", "images"]
+    job = JobInput.parse({"pdf": {"url": "https://example.com/a.pdf"}} | dict.fromkeys(unset))
+    assert job == JobInput.parse({"pdf": {"url": "https://example.com/a.pdf"}})
+    assert error_of({"pdf": None}).message.startswith("give exactly one document")

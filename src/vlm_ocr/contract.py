@@ -178,6 +178,7 @@ class JobInput(_Strict):
             raise InputError(
                 "input", f"got {given(raw)}; accepted: a JSON object of the job's fields"
             )
+        raw = {k: v for k, v in raw.items() if v is not None}  # null: not given, as clients send it
         try:
             job = cls.model_validate(raw)
         except ValidationError as exc:

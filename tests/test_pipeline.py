@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import io
 import json
 from pathlib import Path
 
@@ -242,13 +243,54 @@ def test_a_large_page_drawn_at_a_low_resolution_is_named_in_the_notes(
     assert sheet.dpi is not None and sheet.dpi < LOW_DPI
     assert sheet.dpi == round(((sheet.width or 0) * (sheet.height or 0) / (100 * 60)) ** 0.5)
     [note] = [n for n in result.notes if "dpi" in n]
-    assert note.startswith(f"page 2 is large and was drawn at {sheet.dpi} dpi")
+    assert note.startswith(f"page 2 was drawn at {sheet.dpi} dpi")
     assert "the job's `max_pixels` up to the worker's MAX_PIXELS" in note
     manifest = json.loads(stored_text(settings, "big/manifest.json"))
     assert [p["dpi"] for p in manifest["pages"]] == [letter.dpi, sheet.dpi]
     assert note in manifest["notes"]
     images = run({"images": [{"base64": b64(png_bytes(page_image(["An image page."])))}]})
     assert images.pages[0].dpi is None and not [n for n in images.notes if "dpi" in n]
+
+
+def fax(lines: list[str]) -> bytes:
+    """A multi-page TIFF in Group 4, as a fax or a scanner's batch is, one line a page."""
+    frames = [page_image([line]).convert("1") for line in lines]
+    out = io.BytesIO()
+    frames[0].save(out, "TIFF", save_all=True, append_images=frames[1:], compression="group4")
+    return out.getvalue()
+
+
+FAX = ["Fax page one: the order.", "Fax page two: the terms.", "Fax page three: signed."]
+
+
+def test_a_multi_page_tiff_sent_as_pdf_is_read_page_by_page(run) -> None:
+    result = run({"pdf": {"base64": b64(fax(FAX))}, "pages": "2-", "return_text": True})
+    assert [(p.page, p.status) for p in result.pages] == [(2, "ok"), (3, "ok")]
+    for page, line in zip(result.pages, FAX[1:], strict=True):
+        assert similarity(page.text or "", line) >= 0.8, page.text
+
+
+def test_a_multi_page_tiff_among_images_reads_its_first_page_and_says_so(run) -> None:
+    images = [{"base64": b64(png_bytes(page_image(["An image page."])))}, {"base64": b64(fax(FAX))}]
+    result = run({"images": images, "return_text": True})
+    assert [p.status for p in result.pages] == ["ok", "ok"] and result.status == "ok"
+    assert [p.frames for p in result.pages] == [None, 3]
+    assert similarity(result.pages[1].text or "", FAX[0]) >= 0.8
+    assert result.notes == [
+        "image 2 (3 pages): a multi-page TIFF, of which only the first page was read; send it as "
+        '`pdf` ({"pdf": {…}}) to read every page'
+    ]
+
+
+def test_a_page_tree_that_counts_more_pages_than_it_holds_is_said_so(run) -> None:
+    pdf = samples.pdf_from_pages(samples.numbered_pages(2, lines=1))
+    pdf = pdf.replace(b"/Count 2", b"/Count 3")  # MuPDF takes the tree's count as it is
+    result = run({"pdf": {"base64": b64(pdf)}})
+    assert [p.status for p in result.pages] == ["ok", "ok", "failed"]
+    assert result.pages[2].error == (
+        "page 3 could not be rendered: the PDF's page tree counts more pages than it holds "
+        "(a damaged file)"
+    )
 
 
 def test_urls_asked_of_a_local_folder_are_said_to_be_none(run) -> None:

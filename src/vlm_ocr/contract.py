@@ -361,6 +361,11 @@ class PageReport(BaseModel):
         description="The resolution a PDF page was drawn at, in dots per inch (unset for an "
         "image); under 60 the job's notes say its small print may not be read.",
     )
+    frames: int | None = Field(
+        None,
+        description="The pages of a multi-page image (a TIFF), of which only the first was "
+        "read; the job's notes say how to read them all.",
+    )
     finish_reason: str | None = None
     attempts: int = 0
     tries: int | None = Field(

@@ -134,6 +134,8 @@ class PageImage:
     #: the clockwise turn a PDF page drawn as displayed needs, as its text layer's lines run
     #: (down, up or upside down: a sideways table set on its own page); 0 when they read across
     text_turn: int = 0
+    #: the pages of a multi-page image file (a TIFF), of which this is the first
+    frames: int = 1
 
     @classmethod
     def of(
@@ -144,6 +146,7 @@ class PageImage:
         pdf_size: tuple[float, float] | None = None,
         text_layer: str | None = None,
         text_turn: int = 0,
+        frames: int = 1,
     ) -> PageImage:
         digest = hashlib.sha256(f"{image.width}x{image.height}:".encode())
         digest.update(image.tobytes())
@@ -160,6 +163,7 @@ class PageImage:
             pdf_size,
             text_layer or None,
             text_turn,
+            frames,
         )
 
     def pil(self) -> Image.Image:

@@ -228,7 +228,8 @@ class JobRunner:
             + document.notes
             + whole.notes
             + _review_note(pages)
-            + _low_dpi_note(pages),
+            + _low_dpi_note(pages)
+            + _frames_note(pages),
             errors=problems + [f"page {p.page}: {p.error}" for p in pages if p.error],
         )
 
@@ -348,15 +349,27 @@ def _low_dpi_note(pages: list[PageReport]) -> list[str]:
     least = min(p.dpi or 0 for p in low)
     which = format_ranges([p.page for p in low])
     subject = (
-        f"page {which} is large and was drawn at"
+        f"page {which} was drawn at"
         if len(low) == 1
-        else f"pages {which} are large and were drawn at as little as"
+        else f"pages {which} were drawn at as little as"
     )
     return [
         f"{subject} {least} dpi within the page budget: print under about "
         f"{round(8 * 72 / max(least, 1))} pt may not be read (a larger page budget reads it: "
         "the job's `max_pixels` up to the worker's MAX_PIXELS, within the model family's own; "
         "or the page cut into parts and sent as images)"
+    ]
+
+
+def _frames_note(pages: list[PageReport]) -> list[str]:
+    multi = [p for p in pages if p.frames]
+    if not multi:
+        return []
+    which = ", ".join(f"{p.page} ({p.frames} pages)" for p in multi[:5])
+    more = f" and {len(multi) - 5} more" if len(multi) > 5 else ""
+    return [
+        f"image {which}{more}: a multi-page TIFF, of which only the first page was read; send "
+        'it as `pdf` ({"pdf": {…}}) to read every page'
     ]
 
 

@@ -52,21 +52,42 @@ def is_pdf(head: bytes) -> bool:
     return head.lstrip()[:5].startswith(b"%PDF")
 
 
+def is_tiff(head: bytes) -> bool:
+    return head[:4] in (b"II*\x00", b"MM\x00*")
+
+
 def inspect_pdf(path: str) -> PdfInfo:
-    """Open a PDF and say how many pages it has, or PageError('open', reason a user can act on)."""
+    """Open a PDF (or a TIFF, made one) and say how many pages it has, or PageError('open',
+    reason a user can act on)."""
     with open(path, "rb") as fh:
         head = fh.read(1024)
-    if not is_pdf(head):
+    if is_tiff(head):
+        _tiff_as_pdf(path)
+    elif not is_pdf(head):
         raise PageError("open", NOT_A_PDF)
     try:
         doc = _open(path)
+        pages = doc.page_count  # MuPDF reads the page tree here, and may fail on it
     except Exception:  # MuPDF says only that it failed to open the file
         raise PageError("open", UNREADABLE_PDF) from None
     if doc.needs_pass:
         raise PageError("open", ENCRYPTED_PDF)
-    if doc.page_count == 0:
+    if pages == 0:
         raise PageError("open", EMPTY_PDF)
-    return PdfInfo(doc.page_count, bool(doc.is_repaired))
+    return PdfInfo(pages, bool(doc.is_repaired))
+
+
+def _tiff_as_pdf(path: str) -> None:
+    """A multi-page TIFF (a fax, a scanner's batch) made a PDF of its pages, in place, so that a
+    job reads it as a PDF: pages selected, drawn to the budget and laid out alike."""
+    try:
+        with pymupdf.open(path, filetype="tiff") as tiff:
+            data = tiff.convert_to_pdf()
+    except Exception:
+        raise PageError(
+            "open", "the TIFF is corrupt or truncated (MuPDF cannot read it); send the whole file"
+        ) from None
+    Path(path).write_bytes(data)
 
 
 MAX_TEXT_LAYER_CHARS = 200_000  # a page's own text kept for a fallback; more is no page's text
@@ -81,9 +102,10 @@ def render_pdf_page(path: str, number: int, budget: Budget) -> PageImage:
     except PageError:
         raise
     except Exception as exc:  # MuPDF raises plain RuntimeErrors for broken pages
-        raise PageError(
-            "render", f"page {number} could not be rendered: {_said(exc, path)}"
-        ) from None
+        said = _said(exc, path)
+        if "not in document" in said:  # MuPDF counts from 0: say it as the page tree's fault
+            said = "the PDF's page tree counts more pages than it holds (a damaged file)"
+        raise PageError("render", f"page {number} could not be rendered: {said}") from None
     if doc.is_repaired and page_image.blank:
         raise PageError(
             "render",
@@ -153,6 +175,7 @@ def render_image(path: str, budget: Budget, max_image_pixels: int) -> PageImage:
     """Decode an image file, turn it upright by its EXIF orientation, fit the budget, flatten
     to RGB on white."""
     img = open_image(path, max_image_pixels)
+    frames = getattr(img, "n_frames", 1)  # a fax's pages: the first is read, the job says so
     _check_aspect(img.width, img.height)
     scale = budget.scale_for(img.width, img.height)
     try:
@@ -173,7 +196,7 @@ def render_image(path: str, budget: Budget, max_image_pixels: int) -> PageImage:
         raise PageError(
             "decode", f"the image is corrupt or truncated ({_said(exc, path)})"
         ) from None
-    return PageImage.of(_to_rgb(img), scanned=True)
+    return PageImage.of(_to_rgb(img), scanned=True, frames=frames)
 
 
 def open_image(path: str, max_image_pixels: int) -> Image.Image:
@@ -265,6 +288,7 @@ def turned(image: PageImage, pixels: Image.Image, clockwise: int) -> PageImage:
         scanned=image.scanned,
         pdf_size=size,
         text_layer=image.text_layer,
+        frames=image.frames,
     )
 
 

@@ -248,7 +248,8 @@ def check_inline_pdf(job: JobInput, max_bytes: int) -> None:
     the engine starts, without opening it (that is the render processes' work)."""
     if job.pdf is not None and job.pdf.base64 is not None:
         where = "input.pdf.base64"
-        if not render.is_pdf(decode_base64(job.pdf.base64, where, max_bytes)[:1024]):
+        head = decode_base64(job.pdf.base64, where, max_bytes)[:1024]
+        if not (render.is_pdf(head) or render.is_tiff(head)):
             raise InputError(where, render.NOT_A_PDF)
 
 

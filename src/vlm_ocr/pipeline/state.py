@@ -198,6 +198,7 @@ class PageWork:
             width=image.width if image else None,
             height=image.height if image else None,
             dpi=image.dpi if image else None,
+            frames=image.frames if image and image.frames > 1 else None,
             finish_reason=rec.finish_reason if rec else None,
             attempts=rec.attempts if rec else 0,
             tries=self.tries or None,

@@ -102,6 +102,18 @@ def test_accepted_formats(fmt: str) -> None:
     assert (page.width, page.height) == (64, 48)
 
 
+@pytest.mark.parametrize(
+    ("mode", "paper", "ink"),
+    [("I", 255, 0), ("I", 65535, 0), ("I;16", 65535, 0), ("F", 1.0, 0.0), ("F", 255.0, 0.0)],
+)
+def test_a_deep_grey_image_is_read_by_the_range_its_values_use(mode, paper, ink) -> None:
+    # 32-bit integers holding 8 or 16 bits, floats of 0-1 or 0-255: paper white, ink black
+    img = Image.new(mode, (200, 100), paper)
+    img.paste(ink, (20, 20, 120, 60))
+    page = render_image(png_bytes(img, "TIFF"), BUDGET, 10**8).pil()
+    assert page.getpixel((5, 5)) == (255, 255, 255) and page.getpixel((50, 40)) == (0, 0, 0)
+
+
 def test_bad_images() -> None:
     with pytest.raises(PageError, match="not an image"):
         render_image(b"GIF89a but not really", BUDGET, 10**8)

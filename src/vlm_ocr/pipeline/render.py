@@ -252,8 +252,13 @@ def _resizable(img: Image.Image) -> Image.Image:
         return img
     if img.mode in ("PA", "P") and (img.mode == "PA" or "transparency" in img.info):
         return img.convert("RGBA")
-    if img.mode in ("I;16", "I;16B", "I;16L", "I"):
-        return img.point(lambda v: v / 256).convert("L")
+    if img.mode in ("I;16", "I;16B", "I;16L", "I", "F"):  # by the range its values use
+        top = img.getextrema()[1]
+        if img.mode == "F" and top <= 1:
+            scale = 255.0  # floats of 0-1
+        else:
+            scale = 1.0 if top <= 255 else (1 / 256 if top <= 65535 else 255 / top)
+        return img.point(lambda v: v * scale).convert("L")
     if img.mode == "1":
         return img.convert("L")
     return img.convert("RGB")

@@ -157,6 +157,15 @@ def test_inputs_by_bucket_key(loop, make_worker, s3_endpoint: str, bucket: str) 
     assert "over the 2 MB limit" in (result.error or "")
 
 
+def test_a_key_read_from_a_bucket_that_does_not_exist_names_the_bucket(
+    loop, make_worker, s3_endpoint: str
+) -> None:
+    worker, _ = make_worker(bucket_settings(s3_endpoint, f"nosuch-{uuid.uuid4().hex[:8]}"))
+    result = loop.run(worker.run("nb", {"pdf": {"key": "uploads/two.pdf"}}))
+    assert result.status == "failed" and "does not exist (BUCKET_NAME)" in (result.error or "")
+    assert "upload it first" not in (result.error or "")
+
+
 def test_rerun_reuses_pages_and_changed_prompt_recognizes_again(
     loop, make_worker, s3_endpoint: str, bucket: str
 ) -> None:

@@ -294,6 +294,14 @@ class Bucket:
         except Exception as exc:
             raise self.error(op, key, exc) from None
 
+    async def exists(self) -> bool:
+        """False only when the endpoint says the bucket is not there."""
+        try:
+            await self.run(lambda: self.client.head_bucket(Bucket=self.name))
+        except Exception as exc:
+            return _code(exc) not in _MISSING_CODES | {"NoSuchBucket"}
+        return True
+
     def error(self, op: str, key: str, exc: Exception) -> StorageError:
         code = _code(exc)
         where = f"{op} s3://{self.name}/{key}"
@@ -388,7 +396,15 @@ class BucketInputs:
     async def fetch(self, key: str, dest: BinaryIO, max_bytes: int) -> int:
         """Copy the object into `dest`; returns its size. ObjectMissing, ObjectTooLarge or
         StorageError when it cannot."""
-        head = await self.bucket.call("HEAD", key, self.bucket.client.head_object)
+        try:
+            head = await self.bucket.call("HEAD", key, self.bucket.client.head_object)
+        except ObjectMissing:  # a HEAD's 404 has no body to tell a missing bucket by
+            if not await self.bucket.exists():
+                raise StorageError(
+                    f"HEAD {self.uri(key)}: bucket {self.bucket.name!r} does not exist "
+                    "(BUCKET_NAME)"
+                ) from None
+            raise
         size = int(head.get("ContentLength") or 0)
         if size > max_bytes:
             raise ObjectTooLarge(f"{self.uri(key)} is {size / 1e6:.1f} MB")

@@ -141,6 +141,13 @@ def test_selection_parsing() -> None:
     assert select_pages("3-5,9", 4, 100) == ([3, 4], "5, 9")
     with pytest.raises(InputError, match="more than 10 pages"):
         select_pages("1-50", 100, 10)
+    # no selection given: not blamed on one, and the parts to ask for are said
+    with pytest.raises(InputError) as info:
+        select_pages(None, 2001, 2000)
+    assert info.value.field == "input.pages" and info.value.message == (
+        "the PDF has 2,001 pages, over the 2,000 a job reads (MAX_PAGES_PER_JOB); read it in "
+        'parts ("1-2000", then "2001-") or raise MAX_PAGES_PER_JOB'
+    )
 
 
 def test_selection_beyond_the_end_is_counted_by_ranges_not_pages() -> None:

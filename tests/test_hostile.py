@@ -145,6 +145,17 @@ def test_truncated_pdf_says_so_and_blank_pages_fail(run, settings) -> None:
     assert result.status == "partial"
 
 
+def test_a_prefix_that_runs_into_a_file_of_earlier_results_is_refused(run) -> None:
+    job = {"pdf": {"base64": b64(samples.pdf_from_pages(samples.numbered_pages(1, lines=1)))}}
+    assert run(job | {"output_prefix": "case/a"}).status == "ok"
+    refused = run(job | {"output_prefix": "case/a/manifest.json/more"})
+    assert refused.status == "failed" and not refused.retry and not refused.pages
+    assert refused.error == (
+        "input.output_prefix: 'case/a/manifest.json' is a file of earlier results, not a "
+        "folder; give another prefix"
+    )
+
+
 def test_same_prefix_twice_at_once_is_refused(loop, worker) -> None:
     pdf = {"pdf": {"base64": b64(samples.pdf_from_pages(samples.numbered_pages(2, lines=1)))}}
     job = pdf | {"output_prefix": "shared"}

@@ -119,6 +119,11 @@ class Store(Protocol):
 
     def uri(self, key: str) -> str: ...
 
+    def taken(self, prefix: str) -> str | None:
+        """Why results cannot go under `prefix` whatever is tried again (a folder's name is
+        a file's), or None."""
+        ...
+
     async def put(
         self, key: str, data: bytes, content_type: str, record: PageRecord | None = None
     ) -> None: ...
@@ -161,6 +166,16 @@ class LocalStore:
 
     def uri(self, key: str) -> str:
         return self._path(key).as_uri()
+
+    def taken(self, prefix: str) -> str | None:
+        folder = self._path(prefix)
+        for path in (folder, *folder.parents):
+            if path == self.root or not path.is_relative_to(self.root):
+                return None
+            if path.exists() and not path.is_dir():
+                name = path.relative_to(self.root).as_posix()
+                return f"{name!r} is a file of earlier results, not a folder; give another prefix"
+        return None
 
     async def put(
         self, key: str, data: bytes, content_type: str, record: PageRecord | None = None
@@ -325,6 +340,9 @@ class S3Store:
     """Result objects in an S3-compatible bucket, under `key_prefix`."""
 
     kind = "s3"
+
+    def taken(self, prefix: str) -> str | None:
+        return None  # a bucket's keys are names, not folders: any can prefix others
 
     def __init__(self, bucket: Bucket, *, prefix: str = "", presign_expires_s: int = 3600) -> None:
         self.bucket = bucket

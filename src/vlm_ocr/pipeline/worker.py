@@ -88,6 +88,8 @@ class Worker:
         except InputError as exc:
             return self.jobs.refuse(job_id, exc)
         prefix = self.store.key_prefix + (job.output_prefix or job_id)
+        if taken := self.store.taken(prefix):
+            return self.jobs.refuse(job_id, f"input.output_prefix: {taken}")
         if prefix in self._prefixes:
             return self.jobs.refuse(
                 job_id,

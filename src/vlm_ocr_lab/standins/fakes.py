@@ -142,6 +142,9 @@ class MemoryStore:
     def uri(self, key: str) -> str:
         return f"memory://{key}"
 
+    def taken(self, prefix: str) -> str | None:
+        return None
+
     async def put(
         self, key: str, data: bytes, content_type: str, record: PageRecord | None = None
     ) -> None:

@@ -332,19 +332,23 @@ def test_images_become_pages_of_a_searchable_pdf(tmp_path, loop, cpu_pool) -> No
     worker = new_worker(loop, make_settings(tmp_path), engine, cpu_pool)
     images = [
         {"base64": b64(png_bytes(Image.new("RGB", (600, 800), "white").convert("L")))},
-        {"base64": b64(png_bytes(page_image(["Scanned receipt"])))},
         {"base64": b64(b"not an image")},
+        {"base64": b64(png_bytes(page_image(["Scanned receipt"])))},
     ]
     result = run_job(loop, worker, {"images": images, "searchable_pdf": True})
     assert result.status == "partial" and result.searchable_pdf_key
     made = (tmp_path / "out/job-1/searchable.pdf").read_bytes()
     with pymupdf.open(stream=made) as doc:
-        assert doc.page_count == 2  # the image that never rendered has no page
-        width = result.pages[1].width
-        assert doc[1].rect.width == pytest.approx(width * 72 / searchable.IMAGE_DPI)
-        assert doc[1].search_for(f"Receipt total {width} euro")
+        # one page an image, in order: the image that never rendered has a page saying why
+        assert doc.page_count == 3
+        width = result.pages[2].width
+        assert doc[2].rect.width == pytest.approx(width * 72 / searchable.IMAGE_DPI)
+        assert doc[2].search_for(f"Receipt total {width} euro")
         assert doc[0].get_text().strip() == ""  # blank: nothing to lay over it
+        assert doc[1].get_text().startswith("Image 2 could not be read: input.images[1]")
     assert len(made) < 200_000
+    [note] = [n for n in result.notes if n.startswith("searchable PDF")]
+    assert "; image 2 could not be read, and its page says so" in note
 
 
 def test_a_searchable_pdf_is_refused_for_json_jobs() -> None:

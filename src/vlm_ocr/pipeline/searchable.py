@@ -4,7 +4,7 @@
 Each block's text is laid over its box, line by line, sized to fill the box; a page without
 blocks gets its text over the whole page. A PDF page keeps its own text layer where it has one
 (it is searchable already, and a second layer would double every hit); a job of images gets one
-page per image, the image as it was read (JPEG). The pages are made in the render processes, a
+page per image, the image as it was read (JPEG), or a page saying why it could not be read. The pages are made in the render processes, a
 few at a time (`PART_PAGES`), and joined at the end with the one embedded font subset to the
 characters used (Droid Sans Fallback, which MuPDF ships: Latin, CJK and more).
 """
@@ -48,6 +48,9 @@ class Overlay:
     text: str = ""
     #: a job of images: the page image as it was rendered (its spill file)
     image: str | None = None
+    #: a job of images: why this image has no picture to show (its page then says so, and the
+    #: PDF keeps one page per image)
+    missing: str = ""
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,8 @@ class Made:
     size: int
     overlaid: int  # pages that got a text layer
     kept: int  # PDF pages whose own text layer was kept
+    #: images that could not be read, each a page that says so
+    missing: tuple[int, ...] = ()
 
 
 def plain(content: str) -> str:
@@ -89,8 +94,10 @@ def make_part(source_pdf: str | None, overlays: list[Overlay], out: str) -> tupl
                     # without which the text laid over it is not found
                     page.remove_rotation()
                     page.clean_contents()
+            elif overlay.image is None:
+                _missing_page(doc, overlay)
+                continue
             else:
-                assert overlay.image is not None
                 page = _image_page(doc, overlay.image)
             if _lay(page, overlay, font):
                 overlaid += 1
@@ -127,6 +134,13 @@ def _image_page(doc: pymupdf.Document, path: str) -> pymupdf.Page:
     return page
 
 
+def _missing_page(doc: pymupdf.Document, overlay: Overlay) -> None:
+    """An A4 page in place of an image that could not be read, saying so in print."""
+    page = doc.new_page(width=595, height=842)
+    said = f"Image {overlay.number} could not be read: {overlay.missing}"
+    page.insert_textbox(pymupdf.Rect(72, 72, 523, 770), said, fontsize=12)
+
+
 def _lay(page: pymupdf.Page, overlay: Overlay, font: pymupdf.Font) -> bool:
     writer = pymupdf.TextWriter(page.rect)
     boxes = overlay.boxes
@@ -161,6 +175,8 @@ async def overlays(store: Store, pages: list[PageReport], images: Path | None) -
 
     async def one(report: PageReport) -> Overlay:
         image = str(images / f"page-{report.page:04d}.png") if images is not None else None
+        if image is not None and not Path(image).is_file():  # it never rendered
+            return Overlay(report.page, missing=report.error or "it has no picture")
         if report.status != "ok" or report.key is None:
             return Overlay(report.page, image=image)
         async with gate:
@@ -202,9 +218,7 @@ async def make(
 ) -> Made:
     """Make the searchable PDF of the job's pages and store it at `key`."""
     wanted = await overlays(store, pages, images)
-    if images is not None:  # an image that never rendered has no page to show
-        wanted = [o for o in wanted if o.image and Path(o.image).is_file()]
-    if not wanted:
+    if not [o for o in wanted if not o.missing]:
         raise PageError("searchable", "no page could be rendered, so there is no PDF to make")
     source = str(source_pdf) if source_pdf is not None else None
     chunks = [wanted[i : i + PART_PAGES] for i in range(0, len(wanted), PART_PAGES)]
@@ -225,4 +239,5 @@ async def make(
         raise PageError("searchable", f"making the PDF failed: {exc}") from None
     data = await asyncio.to_thread(out.read_bytes)
     await store.put(key, data, "application/pdf")
-    return Made(key, size, sum(o for o, _ in done), sum(k for _, k in done))
+    missing = tuple(o.number for o in wanted if o.missing)
+    return Made(key, size, sum(o for o, _ in done), sum(k for _, k in done), missing)

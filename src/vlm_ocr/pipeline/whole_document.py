@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 
 from .. import document
-from ..contract import JobInput, PageReport
+from ..contract import JobInput, PageReport, format_ranges
 from ..errors import PageError, StorageError
 from ..storage import PLAIN_TYPE, TEXT_TYPE, JobKeys, Store
 from . import running_heads, searchable
@@ -91,8 +91,15 @@ class WholeDocument:
             return
         out.searchable_pdf_key = made.key
         kept = f"; {made.kept} pages kept their own text layer" if made.kept else ""
+        many = len(made.missing) > 1
+        missing = (
+            f"; {'images' if many else 'image'} {format_ranges(list(made.missing))} could not "
+            f"be read, and {'their pages say' if many else 'its page says'} so"
+            if made.missing
+            else ""
+        )
         out.notes.append(
-            f"searchable PDF: {made.overlaid} pages got a text layer{kept} "
+            f"searchable PDF: {made.overlaid} pages got a text layer{kept}{missing} "
             f"({made.size / 1e6:.2f} MB)"
         )
 

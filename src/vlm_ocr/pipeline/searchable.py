@@ -4,9 +4,10 @@
 Each block's text is laid over its box, line by line, sized to fill the box; a page without
 blocks gets its text over the whole page. A PDF page keeps its own text layer where it has one
 (it is searchable already, and a second layer would double every hit); a job of images gets one
-page per image, the image as it was read (JPEG), or a page saying why it could not be read. The pages are made in the render processes, a
-few at a time (`PART_PAGES`), and joined at the end with the one embedded font subset to the
-characters used (Droid Sans Fallback, which MuPDF ships: Latin, CJK and more).
+page per image, the image as it was read (JPEG), or a page saying why it could not be read. The
+pages are made in the render processes, a few at a time (`PART_PAGES`), and joined at the end
+with the one embedded font subset to the characters used (Droid Sans Fallback, which MuPDF
+ships: Latin, CJK and more).
 """
 
 from __future__ import annotations

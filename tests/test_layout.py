@@ -255,6 +255,10 @@ def test_a_whole_pdf_job_writes_document_md_and_a_selection_does_not(
     assert (tmp_path / "out/doc/document.txt").read_text() == f"{texts[0]}\n\f{texts[1]}\n\f"
     part = run_job(loop, worker, {"pdf": pdf, "pages": "2", "output_prefix": "part"})
     assert part.document_key is None and not (tmp_path / "out/part/document.md").exists()
+    # a selection read again where the whole was: the whole's text, now out of step, is gone
+    again = run_job(loop, worker, {"pdf": pdf, "pages": "2", "output_prefix": "doc"})
+    assert again.document_key is None and again.status == "ok"
+    assert not [p.name for p in (tmp_path / "out/doc").glob("document.*")]
 
 
 # --- the searchable PDF -------------------------------------------------------------------------

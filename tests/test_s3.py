@@ -130,6 +130,12 @@ def test_job_stores_pages_and_manifest(loop, make_worker, s3_endpoint: str, buck
     assert all("url" not in p for p in manifest["pages"]) and "manifest_url" not in manifest
     assert manifest["fingerprint"]["engine"] == "rapidocr" and "id" in manifest["fingerprint"]
     assert json.loads(httpx.get(result.manifest_url or "").text)["job_id"] == "j1"
+    listed = client(s3_endpoint).list_objects_v2(Bucket=bucket, Prefix="ocr/cases/42/document.")
+    assert len(listed.get("Contents", [])) == 2
+    # one page of it read again under the prefix: the whole's document.md and .txt are removed
+    assert loop.run(worker.run("j2", job | {"pages": "2"})).status == "ok"
+    listed = client(s3_endpoint).list_objects_v2(Bucket=bucket, Prefix="ocr/cases/42/document.")
+    assert not listed.get("Contents")
 
 
 def test_inputs_by_bucket_key(loop, make_worker, s3_endpoint: str, bucket: str) -> None:

@@ -136,6 +136,10 @@ class Store(Protocol):
 
     async def presign(self, key: str) -> str | None: ...
 
+    async def delete(self, key: str) -> None:
+        """Remove the object if there is one."""
+        ...
+
 
 async def put_json(store: Store, key: str, doc: Any) -> None:
     data = json.dumps(doc, ensure_ascii=False, indent=2).encode()
@@ -211,6 +215,12 @@ class LocalStore:
 
     async def presign(self, key: str) -> str | None:
         return None
+
+    async def delete(self, key: str) -> None:
+        try:
+            await asyncio.to_thread(self._path(key).unlink, missing_ok=True)
+        except OSError as exc:
+            raise StorageError(f"cannot remove {key}: {exc.strerror}") from None
 
 
 def _umask() -> int:
@@ -391,6 +401,9 @@ class S3Store:
         except Exception as exc:
             raise self.bucket.error("GET", key, exc) from None
         return body.decode("utf-8")
+
+    async def delete(self, key: str) -> None:
+        await self.bucket.call("DELETE", key, self.client.delete_object)
 
     async def presign(self, key: str) -> str | None:
         return await self.bucket.run(

@@ -66,11 +66,22 @@ class WholeDocument:
             except StorageError as exc:
                 out.problems.append(f"document.md: not stored ({exc})")
             out.timings["document_s"] = round(time.perf_counter() - t1, 3)
+        elif doc.pdf_path is not None:  # part of a PDF: an earlier job's whole text is not its
+            await self._drop_document(out, keys)
         if job.searchable_pdf:
             t2 = time.perf_counter()
             await self._searchable_pdf(out, keys, doc, context)
             out.timings["searchable_pdf_s"] = round(time.perf_counter() - t2, 3)
         return out
+
+    async def _drop_document(self, out: Finished, keys: JobKeys) -> None:
+        """Remove a document.md and .txt an earlier job of the whole PDF left under the prefix:
+        they would contradict the pages this job read."""
+        try:
+            for kind in ("md", "txt"):
+                await self.store.delete(keys.document(kind))
+        except StorageError as exc:
+            out.notes.append(f"an earlier document.md under this prefix may remain ({exc})")
 
     async def _searchable_pdf(
         self, out: Finished, keys: JobKeys, doc: Document, context: JobContext

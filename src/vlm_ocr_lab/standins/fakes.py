@@ -162,3 +162,6 @@ class MemoryStore:
 
     async def presign(self, key: str) -> str | None:
         return None
+
+    async def delete(self, key: str) -> None:
+        self.objects.pop(key, None)

@@ -167,6 +167,7 @@ def test_a_test_input_that_is_no_job_is_one_line_and_a_failed_result(
     assert says in line
     result = json.loads(proc.stdout)
     assert result["status"] == "failed" and result["error"].startswith(says)
+    assert result["errors"] == [result["error"]]  # every problem is listed, this one too
 
 
 @pytest.mark.parametrize(

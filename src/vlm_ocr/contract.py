@@ -502,9 +502,13 @@ class JobResult(BaseModel):
         errors: list[str] | None = None,
     ) -> JobResult:
         """A job turned away before any page was read: bad input (`errors`: each problem of
-        it), a misconfigured worker."""
+        it, else the one `error` says), a misconfigured worker."""
         return cls(
-            job_id=job_id, status="failed", error=error, engine=engine or {}, errors=errors or []
+            job_id=job_id,
+            status="failed",
+            error=error,
+            engine=engine or {},
+            errors=errors or [error],
         )
 
     def wire(self) -> dict[str, Any]:

@@ -351,9 +351,6 @@ class S3Store:
 
     kind = "s3"
 
-    def taken(self, prefix: str) -> str | None:
-        return None  # a bucket's keys are names, not folders: any can prefix others
-
     def __init__(self, bucket: Bucket, *, prefix: str = "", presign_expires_s: int = 3600) -> None:
         self.bucket = bucket
         self.key_prefix = f"{prefix.strip('/')}/" if prefix.strip("/") else ""
@@ -401,6 +398,9 @@ class S3Store:
         except Exception as exc:
             raise self.bucket.error("GET", key, exc) from None
         return body.decode("utf-8")
+
+    def taken(self, prefix: str) -> str | None:
+        return None  # a bucket's keys are names, not folders: any can prefix others
 
     async def delete(self, key: str) -> None:
         await self.bucket.call("DELETE", key, self.client.delete_object)

@@ -20,7 +20,7 @@ from PIL import Image
 
 from vlm_ocr import samples
 from vlm_ocr.client.corpus import CorpusOptions, CorpusRun
-from vlm_ocr.client.listing import Corpus, bucket_lister
+from vlm_ocr.client.listing import Corpus, LeftOut, bucket_lister
 from vlm_ocr.client.report import Summary
 from vlm_ocr.client.submit import Options
 from vlm_ocr_lab.standins.loopback_s3 import LoopbackS3, s3_client
@@ -102,6 +102,9 @@ def test_a_folder_of_documents_each_in_its_folder_with_a_report(workers, s3, pre
     assert "worker-hours" in done.stdout and "at US$2.5 a worker-hour" in done.stdout
     summary = json.loads(report.with_suffix(".summary.json").read_text())
     assert summary["documents"] == {"ok": 3} and summary["jobs"] == 3
+    # The file that is no document is said, in the summary and its file, not sent in silence.
+    assert f"1 file left out: not PDFs or images ({folder / 'notes.txt'})\n" in done.stdout
+    assert summary["left_out"]["files"] == 1 and summary["left_out"]["archives"] == 0
 
 
 def test_a_finished_document_is_not_sent_again(workers, s3, prefix, tmp_path):
@@ -300,11 +303,12 @@ def test_a_refusal_is_said_once_and_nothing_is_drawn(workers, tmp_path):
     assert done.stderr.count("\n") == 1 and "set BUCKET_NAME" in done.stderr, done.stderr
     assert done.stdout == ""
 
-    letter = tmp_path / "letter.pdf"
+    letter = tmp_path / "in" / "letter.pdf"
+    letter.parent.mkdir()
     letter.write_text("no PDF")
-    done = workers.submit(str(letter), cwd=tmp_path)
+    done = workers.submit("in/letter.pdf", cwd=tmp_path)
     assert done.returncode == 1
-    said = "vlm-ocr submit: letter.pdf: the data is not a PDF (it does not start with %PDF)\n"
+    said = "vlm-ocr submit: in/letter.pdf: the data is not a PDF (it does not start with %PDF)\n"
     assert done.stderr == said  # once, and no bar around it
     assert done.stdout == ""
 
@@ -322,3 +326,50 @@ def test_a_refusal_is_said_once_and_nothing_is_drawn(workers, tmp_path):
     assert done.returncode == 2 and "name at least one file" in done.stderr
     done = workers.submit("s3://elsewhere/x/", cwd=tmp_path)
     assert done.returncode == 2 and "not 'elsewhere'" in done.stderr
+
+
+def test_files_that_are_no_documents_are_said_and_finding_none_sends_nothing(
+    workers, s3, prefix, tmp_path
+):
+    zips = tmp_path / "zips"
+    zips.mkdir()
+    (zips / "bundle.zip").write_bytes(b"PK\x03\x04 an archive of PDFs")
+    (zips / "bundle.tar.gz").write_bytes(b"\x1f\x8b an archive of PDFs")
+    (tmp_path / "empty").mkdir()
+    accepted = "accepted: PDFs and images: .jpeg, .jpg, .pdf, .png, .tif, .tiff, .webp\n"
+
+    done = workers.submit("zips", "--prefix", prefix, "--out", "out", cwd=tmp_path)
+    assert done.returncode == 2 and done.stdout == "", done.stderr[-3000:]
+    assert done.stderr.endswith(
+        "vlm-ocr submit: no document found in zips: 2 files left out: not PDFs or images "
+        "(zips/bundle.tar.gz, zips/bundle.zip); archives (.zip, .tar…) must be unpacked first; "
+        + accepted
+    ), done.stderr
+    done = workers.submit("empty", "--prefix", prefix, cwd=tmp_path)
+    assert done.returncode == 2 and done.stdout == "", done.stderr[-3000:]
+    assert done.stderr.endswith(f"vlm-ocr submit: no document found in empty; {accepted}")
+    # Named alone, said before anything runs, by the path as typed.
+    done = workers.submit("zips/bundle.zip", cwd=tmp_path)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == (
+        f"vlm-ocr submit: zips/bundle.zip: not a PDF or an image: an archive, to unpack first; "
+        f"{accepted}"
+    )
+    assert jobs_under(workers, prefix) == [] and not (tmp_path / "out").exists()
+    assert not (tmp_path / "corpus.jsonl").exists()  # a run that sent nothing leaves no report
+
+
+def test_a_prefix_says_the_keys_it_leaves_out_and_not_the_results_or_folder_markers() -> None:
+    keys = ["in/", "in/a.pdf", "in/b.zip", "in/notes.txt", "ocr/in/page-0001.md", "in/c.PNG"]
+    lister = lambda prefix: ((key, 10, '"e"') for key in keys)  # noqa: E731
+    corpus = Corpus(["s3://b/"], [], "b", results_prefix="ocr/", lister=lister)
+    left_out = LeftOut()
+    assert [d.key for d in corpus.documents(left_out)] == ["in/a.pdf", "in/c.PNG"]
+    assert left_out.lines() == [
+        "2 files left out: not PDFs or images (s3://b/in/b.zip, s3://b/in/notes.txt); archives "
+        "(.zip, .tar…) must be unpacked first"
+    ]
+    assert left_out.as_json() == {
+        "files": 2, "archives": 1, "examples": ["s3://b/in/b.zip", "s3://b/in/notes.txt"],
+        "folders": [],
+    }  # fmt: skip

@@ -4,7 +4,7 @@ files and bucket prefixes, with one display over it all, a corpus report and its
 stop (Ctrl-C cancels the jobs at RunPod) and to run again (what is finished is skipped).
 
 Exit status: 0 every document ok, 1 some not (failed, partial, refused, unfinished), 2 a usage
-error (nothing was sent), 130 interrupted."""
+error or no document found (nothing was sent), 130 interrupted."""
 
 from __future__ import annotations
 
@@ -219,7 +219,13 @@ async def submit_main(settings: Settings, args: argparse.Namespace) -> int:
     if code is not None:
         return code
     if single is not None:
-        return _single_outcome(single, run)
+        return _single_outcome(run.corpus.arguments[0], run)
+    if run.summary.exit_code == 2:  # the listing held no document: nothing was sent
+        from ..client.listing import nothing
+
+        named = [*run.corpus.arguments, *(f"--list {p}" for p in run.corpus.list_files)]
+        print(f"vlm-ocr submit: {nothing(run.summary.left_out, named)}", file=sys.stderr)
+        return 2
     for line in ["", *run.summary.lines(), *_report_lines(run)]:
         print(line)
     return run.summary.exit_code
@@ -297,10 +303,12 @@ def _interrupted(run: CorpusRun) -> str:
     )
 
 
-def _single_outcome(path: Path, run: CorpusRun) -> int:
+def _single_outcome(typed: str, run: CorpusRun) -> int:
+    """One document's outcome; a refusal names the file as it was typed."""
+    path = Path(typed)
     manifest, line = run.last_manifest, run.last_line
     if line is not None and line.status == "refused":
-        print(f"vlm-ocr submit: {path.name}: {line.error}", file=sys.stderr)
+        print(f"vlm-ocr submit: {typed}: {line.error}", file=sys.stderr)
         return 1
     if manifest is None:
         print(f"vlm-ocr submit: {line.error if line else 'nothing was sent'}", file=sys.stderr)

@@ -26,7 +26,7 @@ from ..settings import Settings
 from .documents import Limits, Listed, Refused
 from .endpoint import EndpointError, worker_count
 from .gate import Gate, Plan
-from .listing import Corpus, count
+from .listing import Corpus, LeftOut, count
 from .manifest import DocumentManifest
 from .report import DocumentLine, Report, Summary
 from .submit import Options, Shared, Submission
@@ -118,7 +118,8 @@ class CorpusRun:
         self.shared = Shared(settings.bucket, settings.client, self.options, self.jobs)
         self.progress.sent = lambda: self.shared.sent
         self.progress.held = lambda: self.jobs.held
-        self.summary = Summary(gpu_price=copts.gpu_price)
+        self.left_out = LeftOut()  # what this run's listing passed over, for its summary
+        self.summary = Summary(gpu_price=copts.gpu_price, left_out=self.left_out)
         self.report = Report(copts.report)
         self.stopped: Exception | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -152,7 +153,7 @@ class CorpusRun:
     # --- the stream of documents ------------------------------------------------------------
 
     async def _feed(self) -> None:
-        documents = self.corpus.documents()
+        documents = self.corpus.documents(self.left_out)
         while self.stopped is None:
             await self.window.__aenter__()
             try:

@@ -3,16 +3,18 @@
 time). Nothing is collected: a 5,000-document folder or a bucket prefix of a million keys costs
 the memory of one directory's names or one page of keys.
 
-Arguments are checked before anything runs (a missing path, another bucket: a usage error); a
-list file's lines are read as the run goes, and a line that names nothing becomes one refused
-document in the report.
+Arguments are checked before anything runs (a missing path, another bucket, nothing but files
+that are no documents: a usage error); a list file's lines are read as the run goes, and a line
+that names nothing becomes one refused document in the report. A file that is not a PDF or an
+image (by its name), in a folder, under a prefix or named, is left out and counted (`LeftOut`),
+so the run can say what it did not send.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..storage import Bucket
@@ -48,6 +50,73 @@ def _is_document(name: str) -> bool:
     return Path(name).suffix.lower() in DOCUMENT_SUFFIXES
 
 
+ACCEPTED = "PDFs and images: " + ", ".join(sorted(DOCUMENT_SUFFIXES))
+ARCHIVE_SUFFIXES = frozenset(
+    {".zip", ".tar", ".gz", ".tgz", ".bz2", ".tbz2", ".xz", ".txz", ".zst", ".7z", ".rar"}
+)
+UNPACK = "archives (.zip, .tar…) must be unpacked first"
+NAMED = 5  # of the files left out, named in the summary
+
+
+def is_archive(name: str) -> bool:
+    return Path(name).suffix.lower() in ARCHIVE_SUFFIXES
+
+
+@dataclass
+class LeftOut:
+    """What a listing passed over: files that are not documents (counted, a few named, and
+    how many are archives) and folders that could not be read."""
+
+    files: int = 0
+    archives: int = 0
+    names: list[str] = field(default_factory=list)
+    folders: list[str] = field(default_factory=list)
+
+    def file(self, name: str) -> None:
+        self.files += 1
+        self.archives += is_archive(name)
+        if len(self.names) < NAMED:
+            self.names.append(name)
+
+    def folder(self, path: str, exc: OSError) -> None:
+        self.folders.append(f"{path} ({exc.strerror or exc})")
+
+    def lines(self) -> list[str]:
+        """The summary's lines: none when nothing was left out."""
+        out = []
+        if self.files:
+            more = f" and {self.files - len(self.names):,} more" if self.files > NAMED else ""
+            files = "1 file" if self.files == 1 else f"{self.files:,} files"
+            said = f"{files} left out: not PDFs or images ({', '.join(self.names)}{more})"
+            out.append(f"{said}; {UNPACK}" if self.archives else said)
+        if self.folders:
+            shown = ", ".join(self.folders[:NAMED])
+            more = f" and {len(self.folders) - NAMED:,} more" if len(self.folders) > NAMED else ""
+            out.append(f"folders that cannot be read, left out: {shown}{more}")
+        return out
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "files": self.files,
+            "archives": self.archives,
+            "examples": self.names,
+            "folders": self.folders,
+        }
+
+
+def nothing(left_out: LeftOut, named: Iterable[str | Path]) -> str:
+    """Why a run finds nothing to send in what the command line `named`."""
+    said = "; ".join(left_out.lines())
+    where = ", ".join(map(str, named))
+    return f"no document found in {where}{f': {said}' if said else ''}; accepted: {ACCEPTED}"
+
+
+def not_a_document(name: str) -> str:
+    """Why a file named alone is not sent."""
+    unpack = ": an archive, to unpack first" if is_archive(name) else ""
+    return f"{name}: not a PDF or an image{unpack}; accepted: {ACCEPTED}"
+
+
 @dataclass
 class Corpus:
     """What the command line names, checked; `documents()` streams it (again on each call)."""
@@ -67,6 +136,16 @@ class Corpus:
         for path in self.list_files:
             if str(path) != "-" and not path.is_file():
                 raise UsageError(f"--list {path}: no such file")
+        # Only files, none a document: nothing can be sent, said before anything runs.
+        files = [a for a in self.arguments if s3_target(a) is None and Path(a).is_file()]
+        if self.list_files or not files or len(files) < len(self.arguments):
+            return
+        if not any(_is_document(arg) for arg in files):
+            left_out = LeftOut()
+            for arg in files:
+                left_out.file(arg)
+            one = len(files) == 1
+            raise UsageError(not_a_document(files[0]) if one else nothing(left_out, files))
 
     def _problem(self, arg: str) -> str | None:
         """None if the argument (or a list file's line) names something; else why not."""
@@ -96,13 +175,15 @@ class Corpus:
             return path if path.is_file() else None
         return None
 
-    def documents(self) -> Iterator[Listed]:
+    def documents(self, left_out: LeftOut | None = None) -> Iterator[Listed]:
+        """The documents, in order; what is not one is counted in `left_out`."""
+        left_out = left_out if left_out is not None else LeftOut()
         for arg in self.arguments:
-            yield from self._expand(arg)
+            yield from self._expand(arg, left_out)
         for path in self.list_files:
-            yield from self._listed_in(path)
+            yield from self._listed_in(path, left_out)
 
-    def _listed_in(self, path: Path) -> Iterator[Listed]:
+    def _listed_in(self, path: Path, left_out: LeftOut) -> Iterator[Listed]:
         import sys
 
         lines = sys.stdin if str(path) == "-" else path.open(encoding="utf-8")
@@ -115,39 +196,53 @@ class Corpus:
                 if problem is not None:
                     yield Listed(line, problem=problem)
                 else:
-                    yield from self._expand(line)
+                    yield from self._expand(line, left_out)
         finally:
             if lines is not sys.stdin:
                 lines.close()
 
-    def _expand(self, arg: str) -> Iterator[Listed]:
+    def _expand(self, arg: str, left_out: LeftOut) -> Iterator[Listed]:
         target = s3_target(arg)
         if target is None:
             path = Path(arg)
-            yield from walk(path) if path.is_dir() else [Listed(arg, path=path)]
+            if path.is_dir():
+                yield from walk(path, left_out)
+            elif path.is_file() and not _is_document(arg):
+                left_out.file(arg)
+            else:
+                yield Listed(arg, path=path)
         elif not target.is_prefix:
             yield Listed(arg, key=target.key)
         else:
             assert self.lister is not None, "a bucket prefix needs the bucket's lister"
             for key, size, etag in self.lister(target.key):
-                if _is_document(key) and not key.startswith(self.results_prefix):
+                if key.startswith(self.results_prefix) or key.endswith("/"):
+                    continue  # results, and the folder markers some tools write
+                if _is_document(key):
                     yield Listed(f"s3://{target.bucket}/{key}", key=key, size=size, etag=etag)
+                else:
+                    left_out.file(f"s3://{target.bucket}/{key}")
 
 
-def walk(folder: Path) -> Iterator[Listed]:
+def walk(folder: Path, left_out: LeftOut | None = None) -> Iterator[Listed]:
     """The folder's documents, depth first in name order (the same order on every run), one
-    directory's names in memory at a time; hidden entries and linked folders are left out."""
+    directory's names in memory at a time; hidden entries and linked folders are left out
+    unsaid, other files and folders that cannot be read are counted in `left_out`."""
+    left_out = left_out if left_out is not None else LeftOut()
     try:
         entries = sorted(os.scandir(folder), key=lambda e: e.name)
-    except OSError:
+    except OSError as exc:
+        left_out.folder(str(folder), exc)
         return
     for entry in entries:
         if entry.name.startswith("."):
             continue
         if entry.is_dir(follow_symlinks=False):
-            yield from walk(Path(entry.path))
+            yield from walk(Path(entry.path), left_out)
         elif entry.is_file() and _is_document(entry.name):
             yield Listed(entry.path, path=Path(entry.path))
+        elif entry.is_file():
+            left_out.file(entry.path)
 
 
 def bucket_lister(bucket: Bucket) -> KeyLister:

@@ -22,6 +22,7 @@ from typing import IO, Literal
 
 from pydantic import BaseModel, Field
 
+from .listing import LeftOut
 from .manifest import DocumentManifest
 
 log = logging.getLogger(__name__)
@@ -119,6 +120,8 @@ class Summary:
     gpu_price: float | None = None
     backoffs: dict[int, int] = field(default_factory=dict)
     examples: list[str] = field(default_factory=list)
+    #: what the listing passed over (files that are no documents, folders it could not read)
+    left_out: LeftOut = field(default_factory=LeftOut)
 
     def add(self, line: DocumentLine) -> None:
         self.documents[line.status] += 1
@@ -132,7 +135,9 @@ class Summary:
 
     @property
     def exit_code(self) -> int:
-        """0 when every document is ok, else 1."""
+        """0 when every document is ok, 1 when one is not, 2 when there was none to send."""
+        if not self.documents:
+            return 2
         return 0 if set(self.documents) <= {"ok"} else 1
 
     @property
@@ -145,6 +150,7 @@ class Summary:
         out = [
             f"{total} documents: {said or 'none'}"
             + (f" ({self.earlier} finished by an earlier run)" if self.earlier else ""),
+            *self.left_out.lines(),
             f"pages: {self.pages['ok']} ok, {self.pages['blank']} blank, "
             f"{self.pages['failed']} failed"
             + (f", {self.pages['not_read']} not read" if self.pages["not_read"] else "")
@@ -190,6 +196,7 @@ class Summary:
             if self.worker_hours is None or self.gpu_price is None
             else round(self.worker_hours * self.gpu_price, 4),
             "backoffs": {str(k): v for k, v in self.backoffs.items()},
+            "left_out": self.left_out.as_json(),
         }
 
 

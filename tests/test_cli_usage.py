@@ -67,6 +67,17 @@ MISTAKES = [
     (["review", "nope", "--pdf", str(JOB_INPUT)], "test_input.json is not a PDF; accepted"),
     (["review", "nope", "--images", "missing"], "--images: no such folder: missing"),
     (["review", "nope", "--max-mb", "lots"], "argument --max-mb: 'lots' is not a number"),
+    # an absolute path is a folder meant, said as typed, not a prefix under OUTPUT_DIR
+    (["review", "/no-such-results/job"], "RESULTS: no such folder: /no-such-results/job; accepted"),
+    (["show", "/no-such-results/job", "--page", "1"], "RESULTS: no such folder: /no-such-results"),
+    # an option a command does not take: said by that command, with the one probably meant
+    (
+        ["run", "one.pdf", "-o", "out"],
+        "vlm-ocr run: unrecognized arguments: -o out; did you mean --out? (see vlm-ocr run --help)",
+    ),
+    (["run", "one.pdf", "--output", "out"], "--output out; did you mean --out? (see vlm-ocr run"),
+    (["review", "nope", "--frobnicate"], "unrecognized arguments: --frobnicate (see vlm-ocr rev"),
+    (["show", "nope", "--page", "1", "--pgae", "2"], "--pgae 2; did you mean --page? (see vlm-ocr"),
     # run and submit: the other parts of their input are their own tests'
     (["run", "nope.pdf"], "nope.pdf: no such file"),
     (["run", "folder"], "folder: a folder, not a file; accepted: PDF"),

@@ -24,7 +24,7 @@ from PIL import Image
 from vlm_ocr import samples
 from vlm_ocr.cli.review.words import marked
 from vlm_ocr.cli.show import COLOURS
-from vlm_ocr.contract import format_ranges
+from vlm_ocr.contract import JobResult, PageReport, format_ranges
 from vlm_ocr.engines.base import Recognition
 from vlm_ocr.engines.families import Chandra, Page
 from vlm_ocr.images import PageImage
@@ -456,3 +456,32 @@ def test_a_browser_that_is_missing_fails_the_suite_saying_how_to_install_it(monk
     monkeypatch.setattr(browser_support.shutil, "which", lambda name: None)
     with pytest.raises(pytest.fail.Exception, match="apt-get install -y chromium-headless-shell"):
         browser_support.browser_path()
+
+
+def test_a_bucket_prefix_is_found_as_run_and_submit_print_it(tmp_path: Path, s3) -> None:
+    bucket = s3.create_bucket(f"ocr-{uuid.uuid4().hex[:12]}")
+    job = "ocr/documents/case-1cdb5f282699/pages-0001-0001"  # a job `vlm-ocr submit` sent
+    report = PageReport(page=1, source="case.pdf", status="ok", key=f"{job}/page-0001.md")
+    manifest = JobResult(job_id="j", status="ok", prefix=job, pages=[report])
+    client = s3_client(s3.endpoint)
+    client.put_object(Bucket=bucket, Key=f"{job}/manifest.json", Body=manifest.model_dump_json())
+    client.put_object(Bucket=bucket, Key=f"{job}/page-0001.md", Body=b"Article 1 shall apply.")
+    where = s3.settings_update(bucket) | {"bucket_prefix": "ocr"}
+    env = {k.upper(): str(v) for k, v in where.items()}
+    # Under BUCKET_PREFIX, as documented; with it, as `vlm-ocr run` prints keys; as an address.
+    for results in (job.removeprefix("ocr/"), job, f"s3://{bucket}/{job}"):
+        proc = review(results, "-o", "job.html", cwd=tmp_path, **env)
+        assert proc.returncode == 0, (results, proc.stderr[-3000:])
+        assert "1 of 1 pages shown" in proc.stdout
+    # The document's folder `vlm-ocr submit` prints: its job folders named, as for a folder.
+    proc = review("documents/case-1cdb5f282699", "-o", "doc.html", cwd=tmp_path, **env)
+    assert proc.returncode == 2 and proc.stderr.endswith(  # after the store's log line
+        f"vlm-ocr review: RESULTS: no job manifest at s3://{bucket}/ocr/documents/"
+        "case-1cdb5f282699/manifest.json, but the job folder documents/case-1cdb5f282699/"
+        "pages-0001-0001 is inside it: give that as RESULTS\n"
+    )
+    proc = review("s3://elsewhere/x", "-o", "x.html", cwd=tmp_path, **env)
+    assert proc.returncode == 2
+    assert f"RESULTS: s3://elsewhere/x is not in the bucket the settings name (s3://{bucket}/)" in (
+        proc.stderr
+    )

@@ -11,10 +11,12 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import unicodedata
 from pathlib import Path
 
 import pymupdf
+import pytest
 from PIL import Image
 
 from vlm_ocr import samples
@@ -321,3 +323,58 @@ def test_max_pixels_above_the_default_starts_the_runs_engine_with_it(tmp_path: P
     [page] = result["pages"]
     assert 0.95 < page["width"] * page["height"] / asked < 1.01  # not the default's budget
     assert not [n for n in result.get("notes", []) if "above this worker's" in n], result["notes"]
+
+
+def test_a_pipe_is_said_to_be_one_and_to_be_saved_first(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "scan.pdf")  # what `<(…)` and /dev/stdin in a pipeline are
+    proc = vlm_ocr("run", "scan.pdf", "--out", "results", cwd=tmp_path)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == (
+        "vlm-ocr run: scan.pdf: not a regular file (a pipe); save it to a file first and give "
+        "that; accepted: PDF, PNG, JPEG, WebP or TIFF files (.pdf, .png, .jpg, .webp, .tif, …)\n"
+    )
+
+
+def unwritable_folder(tmp_path: Path) -> tuple[Path, str]:
+    """A folder this process cannot write in, and what the system says to a write there: one
+    without write permission, or for root, whom permissions do not stop (os.access says yes to
+    it), a folder of the kernel's own."""
+    folder = Path("/sys/kernel")
+    if os.geteuid() != 0:
+        folder = tmp_path / "locked"
+        folder.mkdir()
+        folder.chmod(0o555)
+    try:
+        tempfile.NamedTemporaryFile(dir=folder).close()
+    except OSError as exc:
+        return folder, exc.strerror
+    pytest.skip(f"{folder} can be written here: no folder refuses this process")
+
+
+def test_out_that_cannot_be_written_is_said_by_its_option_for_root_too(tmp_path: Path) -> None:
+    write_pdf(tmp_path / "two.pdf", 2)
+    folder, why = unwritable_folder(tmp_path)
+    for out in (folder, folder / "results"):
+        proc = vlm_ocr("run", "two.pdf", "--out", str(out), cwd=tmp_path)
+        assert proc.returncode == 2 and proc.stdout == ""
+        assert proc.stderr == (
+            f"vlm-ocr run: --out: {folder} cannot be written ({why}); accepted: a folder to "
+            "write the results in (made if it is not there)\n"
+        )
+
+
+def test_a_file_given_twice_is_read_once(tmp_path: Path) -> None:
+    write_pdf(tmp_path / "one.pdf", 1)
+    (tmp_path / "sub").mkdir()
+    proc = vlm_ocr(
+        "run", "one.pdf", "sub/../one.pdf", "one.pdf", "--out", "results", "--progress-every",
+        "0", cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    said = [line for line in proc.stderr.splitlines() if line.startswith("vlm-ocr run: ")]
+    assert said[0] == (
+        "vlm-ocr run: note: one.pdf: given 3 times (also as sub/../one.pdf); read once"
+    )
+    assert said[1:] and all(re.match(r"vlm-ocr run: [01]/1 pages ", line) for line in said[1:])
+    assert proc.stdout.count("one.pdf: ") == 1 and "reused" not in proc.stdout, proc.stdout
+    assert job_folders(tmp_path / "results") == ["one"]

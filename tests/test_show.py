@@ -317,3 +317,49 @@ def test_a_pdf_of_the_pages_size_whose_words_are_not_the_jobs_is_drawn_with_a_do
         "job read on it, 0 are in that page's own text; give the document the job read\n"
     ) in said
     assert "blank page" not in said  # only a doubt: the page is drawn under the blocks
+
+
+def test_a_pdf_that_cannot_be_opened_is_said_naming_pdf(tmp_path: Path, capsys) -> None:
+    job = write_read_job(tmp_path / "r4", "two", "two.pdf", (1064, 1505), (595, 842))
+    whole = write_pdf(tmp_path / "two.pdf", 595, 842).read_bytes()
+    (tmp_path / "cut.pdf").write_bytes(whole[:200])  # its header, then cut off
+    (tmp_path / "garbage.pdf").write_bytes(b"%PDF-1.7\n" + bytes(range(256)) * 4)
+    for name in ("cut.pdf", "garbage.pdf"):
+        pdf = tmp_path / name
+        for command in (["show", str(job), "--page", "1"], ["review", str(job)]):
+            out = tmp_path / ("page.png" if command[0] == "show" else "review.html")
+            assert cli.main([*command, "--pdf", str(pdf), "-o", str(out)]) == 2
+            assert capsys.readouterr().err == (
+                f"vlm-ocr {command[0]}: --pdf: {pdf} is corrupt or truncated: it starts as a PDF "
+                "but cannot be read; accepted: the PDF the job read, complete\n"
+            )
+            assert not out.exists()
+
+
+def test_a_damaged_blocks_file_is_said_in_one_line(tmp_path: Path, capsys) -> None:
+    job = write_read_job(tmp_path / "r5", "two", "two.pdf", (1064, 1505), (595, 842))
+    (job / "page-0001.json").write_text("{bad\n")  # cut short, or written over
+    assert cli.main(["show", str(job), "--page", "1", "-o", str(tmp_path / "page.png")]) == 1
+    assert capsys.readouterr().err == (
+        "vlm-ocr show: no blocks for page 1 (its blocks file two/page-0001.json is not valid "
+        "JSON (damaged?); run the job again to rewrite it)\n"
+    )
+    (job / "page-0001.json").write_text('{"page": 1}')  # JSON, of another shape
+    assert cli.main(["show", str(job), "--page", "1", "-o", str(tmp_path / "page.png")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is not one this version reads (width: Field required" in err
+
+
+def test_a_prefix_in_output_dir_holding_job_folders_names_them(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    monkeypatch.setenv("OUTPUT_DIR", str(tmp_path / "output"))
+    monkeypatch.chdir(tmp_path)
+    write_read_job(tmp_path / "output" / "batch", "two", "two.pdf", (1064, 1505), (595, 842))
+    assert cli.main(["show", "batch", "--page", "1"]) == 2  # not here: a prefix in OUTPUT_DIR
+    said = capsys.readouterr().err
+    assert said.startswith("vlm-ocr show: RESULTS: no job manifest at file://"), said
+    assert said.endswith(
+        "/output/batch/manifest.json, but the job folder batch/two is inside it: give that as "
+        "RESULTS\n"
+    )

@@ -6,8 +6,9 @@ a typo should not. Each file's folder in the store is named here too (`result_fo
 
 from __future__ import annotations
 
-import os
 import re
+import stat
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -68,8 +69,13 @@ def check_file(path: Path, pages: str | None, settings: Settings) -> LocalFile |
     """The file ready to run, or what is wrong with it, naming it."""
     if not path.exists():
         return f"{path}: no such file"
-    if not path.is_file():
+    if path.is_dir():
         return f"{path}: a folder, not a file; accepted: {ACCEPTED_FILES}"
+    if not path.is_file():  # read once and gone (a pipe), or endless (a device): not a job's file
+        return (
+            f"{path}: not a regular file ({special_kind(path)}); save it to a file first and "
+            f"give that; accepted: {ACCEPTED_FILES}"
+        )
     size, limit = path.stat().st_size, settings.fetch.max_download_bytes
     if size == 0:
         return f"{path}: the file is empty"
@@ -88,6 +94,16 @@ def check_file(path: Path, pages: str | None, settings: Settings) -> LocalFile |
         return f"{path}: {exc.message}"
     except InputError as exc:
         return f"{path}: {in_our_words(str(exc))}"
+
+
+def special_kind(path: Path) -> str:
+    """What a path that is neither a file nor a folder is, in a few words."""
+    mode = path.stat().st_mode
+    if stat.S_ISFIFO(mode):
+        return "a pipe"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a special file"
 
 
 def _pdf_pages(path: Path, pages: str | None, max_pages: int) -> int:
@@ -149,8 +165,13 @@ def check_out(out: str) -> str | None:
     there = next(p for p in (path.absolute(), *path.absolute().parents) if p.exists())
     if not there.is_dir():
         return f"--out: {there} is a file, so {out} cannot be made; {OUT_ACCEPTED}"
-    if not os.access(there, os.W_OK | os.X_OK):
-        return f"--out: {there} cannot be written (permission denied); {OUT_ACCEPTED}"
+    # Tried, not asked (os.access): root passes every permission check, and a read-only or
+    # special file system refuses root too.
+    try:
+        with tempfile.NamedTemporaryFile(dir=there, prefix=".write-check-"):
+            pass
+    except OSError as exc:
+        return f"--out: {there} cannot be written ({exc.strerror or exc}); {OUT_ACCEPTED}"
     return None
 
 

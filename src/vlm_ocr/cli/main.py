@@ -24,7 +24,7 @@ from importlib import metadata
 from ..errors import ConfigError, EngineError
 from ..settings import Settings
 from . import plan, review, run, show, submit
-from .usage import USAGE_STATUS, Parser, UsageError, say
+from .usage import USAGE_STATUS, CommandParser, Parser, UsageError, say
 
 DISTRIBUTION = "runpod-vlm-ocr"
 INTERRUPTED_STATUS = 130  # a shell's status for a command ended by Ctrl-C (128 + SIGINT)
@@ -42,7 +42,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--version", action="version", version=f"%(prog)s {version()}", help="print the version"
     )
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = p.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=CommandParser
+    )
     run.add_arguments(
         sub.add_parser("run", help="OCR local PDFs and images through the worker pipeline")
     )

@@ -77,15 +77,31 @@ def given(args: argparse.Namespace) -> tuple[Path | None, Path | None, Path | No
         input_file(args.source, "--source", f"{PDF_ACCEPTED}, or the page's image")
         if args.source.suffix.lower() == ".pdf":
             pdf = args.source
+            _check_opens(pdf, "--source")
         else:
             image = args.source
     elif pdf is not None:
         input_file(pdf, "--pdf", PDF_ACCEPTED)
         if not _is_pdf(pdf):
             raise UsageError("--pdf", f"{pdf} is not a PDF; accepted: {PDF_ACCEPTED}")
+        _check_opens(pdf, "--pdf")
     elif images is not None:
         input_folder(images, "--images", IMAGES_ACCEPTED)
     return pdf, images, image
+
+
+def _check_opens(pdf: Path, argument: str) -> None:
+    """A PDF MuPDF cannot open (cut short, damaged) is said as `vlm-ocr run` says it, before
+    anything is read; an encrypted one opens, and its pages are said to have no picture."""
+    try:
+        with pymupdf.open(pdf, filetype="pdf"):
+            pass
+    except Exception:  # MuPDF says only that it failed to open the file
+        raise UsageError(
+            argument,
+            f"{pdf} is corrupt or truncated: it starts as a PDF but cannot be read; accepted: "
+            f"{PDF_ACCEPTED}, complete",
+        ) from None
 
 
 def _is_pdf(path: Path) -> bool:

@@ -4,8 +4,10 @@ reading.
 
 RESULTS, the same argument in both, is a job's folder on disk (the one holding its
 manifest.json), or its prefix in the store the settings select (the bucket under BUCKET_PREFIX
-when one is configured, else OUTPUT_DIR). The manifest's keys are the store's; a folder on disk
-may have been copied from anywhere, so there they are read relative to the job's own prefix."""
+when one is configured, else OUTPUT_DIR). A prefix that already starts with BUCKET_PREFIX (a key
+as `vlm-ocr run` prints it) and an s3:// address in the bucket are taken too. The manifest's keys
+are the store's; a folder on disk may have been copied from anywhere, so there they are read
+relative to the job's own prefix."""
 
 from __future__ import annotations
 
@@ -22,10 +24,11 @@ from ..blocks import PageBlocks
 from ..contract import JobResult, PageReport
 from ..errors import StorageError
 from ..settings import Settings
-from ..storage import BucketInputs, JobKeys, LocalStore, ObjectMissing, Store
+from ..storage import BucketInputs, JobKeys, LocalStore, ObjectMissing, S3Store, Store
 from .usage import UsageError
 
 READS_AT_ONCE = 16  # pages read from the store at once (a bucket answers in tens of ms)
+NAMED = 5  # job folders named when RESULTS is the folder above them
 ACCEPTED = (
     "a job's folder (the one holding its manifest.json), or the job's prefix in the store the "
     "settings select (the bucket under BUCKET_PREFIX when configured, else OUTPUT_DIR)"
@@ -59,20 +62,98 @@ def one_line(exc: ValueError) -> str:
     return str(exc).splitlines()[0]
 
 
-def jobs_below(path: Path, named: int = 5) -> str:
+def jobs_below(path: Path, named: int = NAMED) -> str:
     """The job folders one level below `path` (`vlm-ocr run --out DIR` makes one per file), as
     the rest of a sentence saying to give one; "" when there are none."""
     try:
         found = sorted(d for d in path.iterdir() if (d / "manifest.json").is_file())
     except OSError:
         return ""
+    return give_one([str(d) for d in found[:named]], len(found) - named)
+
+
+def give_one(found: list[str], more: int = 0) -> str:
+    """The rest of a sentence naming the job folders `found` inside RESULTS (and `more` others),
+    saying to give one; "" when there are none."""
     if not found:
         return ""
-    if len(found) == 1:
+    if len(found) == 1 and more <= 0:
         return f", but the job folder {found[0]} is inside it: give that as RESULTS"
-    more = f" and {len(found) - named:,} more" if len(found) > named else ""
-    listed = ", ".join(str(d) for d in found[:named])
-    return f", but job folders are inside it: give one of them as RESULTS ({listed}{more})"
+    others = f" and {more:,} more" if more > 0 else ""
+    listed = ", ".join(found)
+    return f", but job folders are inside it: give one of them as RESULTS ({listed}{others})"
+
+
+def prefixes_of(results: str, store: Store) -> list[str]:
+    """The job prefixes RESULTS may name in the store, in the order tried: under BUCKET_PREFIX,
+    then as given when it starts with BUCKET_PREFIX already (a key as `vlm-ocr run` prints it);
+    an s3:// address in the store's bucket is its key."""
+    if results.startswith("s3://") and store.kind == "s3":
+        bucket = store.uri("")
+        if not results.startswith(bucket):
+            raise UsageError(
+                "RESULTS", f"{results} is not in the bucket the settings name ({bucket})"
+            )
+        return [results.removeprefix(bucket).strip("/")]
+    name = results.strip("/")
+    if store.key_prefix and name.startswith(store.key_prefix):
+        return [store.key_prefix + name, name]
+    return [store.key_prefix + name]
+
+
+async def jobs_in_store(store: Store, prefix: str, named: int = NAMED) -> str:
+    """As `jobs_below`, for a prefix in the store: the job folders right under it (a `vlm-ocr
+    submit` document's folder holds one per job), named as RESULTS takes them; "" when there
+    are none, or the store cannot say."""
+    if isinstance(store, LocalStore):
+        try:
+            below = sorted(d.name for d in (store.root / prefix).iterdir())
+        except OSError:
+            return ""
+        folders = [f"{prefix}/{name}" for name in below if (store.root / prefix / name).is_dir()]
+        jobs = [(store.root / f / "manifest.json").is_file() for f in folders]
+        found = [f for f, job in zip(folders, jobs, strict=True) if job]
+        return give_one(found[:named], len(found) - named)
+    if not isinstance(store, S3Store):
+        return ""
+    folders = await _bucket_folders(store, prefix)
+    jobs = await asyncio.gather(*(_has_manifest(store, f) for f in folders[:named]))
+    found = [f for f, job in zip(folders[:named], jobs, strict=True) if job]
+    shown = [f.removeprefix(store.key_prefix) for f in found]
+    return give_one(shown, len(folders) - named)
+
+
+async def _bucket_folders(store: S3Store, prefix: str) -> list[str]:
+    """The folders right under `prefix` in the bucket: one listing (S3's delimiter), whatever
+    they hold; none when the bucket refuses it (this is only a hint)."""
+    bucket = store.bucket
+
+    def listing() -> dict:
+        return store.client.list_objects_v2(Bucket=bucket.name, Prefix=f"{prefix}/", Delimiter="/")
+
+    try:
+        page = await bucket.run(listing)
+    except Exception:
+        return []
+    return sorted(p["Prefix"].rstrip("/") for p in page.get("CommonPrefixes") or [])
+
+
+async def _has_manifest(store: S3Store, folder: str) -> bool:
+    try:
+        await store.bucket.call("HEAD", f"{folder}/manifest.json", store.client.head_object)
+    except StorageError:
+        return False
+    return True
+
+
+def blocks_unread(key: str, exc: ValidationError) -> str:
+    """Why a page's blocks file cannot be read, in one line: damaged (not JSON), or JSON of
+    another shape (another version's, or edited)."""
+    if any(error["type"] == "json_invalid" for error in exc.errors()):
+        return (
+            f"its blocks file {key} is not valid JSON (damaged?); run the job again to rewrite it"
+        )
+    return f"its blocks file {key} is not one this version reads ({one_line(exc)})"
 
 
 class ResultsError(Exception):
@@ -96,10 +177,13 @@ class PageView:
 class Results:
     """Reads one job's objects from a store."""
 
-    def __init__(self, store: Store, manifest_key: str, *, folder: bool) -> None:
+    def __init__(
+        self, store: Store, manifest_key: str, *, folder: bool, others: Sequence[str] = ()
+    ) -> None:
         self.store = store
         self.manifest_key = manifest_key
         self.folder = folder  # a job's folder on disk: keys are read relative to its prefix
+        self.others = tuple(others)  # manifests tried after the first when it is not there
         self._strip = ""
 
     @classmethod
@@ -114,20 +198,16 @@ class Results:
             raise UsageError("RESULTS", f"{path} holds no manifest.json{said}")
         if path.is_file():
             raise UsageError("RESULTS", f"{path} is a file; accepted: {ACCEPTED}")
-        return cls(store, JobKeys(store.key_prefix + results.strip("/")).manifest, folder=False)
+        if path.is_absolute():  # a folder meant, not a prefix in the store
+            raise UsageError("RESULTS", f"no such folder: {path}; accepted: {ACCEPTED}")
+        first, *others = (JobKeys(p).manifest for p in prefixes_of(results, store))
+        return cls(store, first, folder=False, others=others)
 
     async def job(self) -> JobResult:
+        raw = await self._manifest()
         where = self.store.uri(self.manifest_key)
         try:
-            raw = await self.store.read_text(self.manifest_key)
             job = JobResult.model_validate(json.loads(raw))
-        except ObjectMissing:
-            raise UsageError(
-                "RESULTS",
-                f"no such folder here, and no job manifest at {where}; accepted: {ACCEPTED}",
-            ) from None
-        except StorageError as exc:
-            raise ResultsError(f"the job manifest at {where} cannot be read ({exc})") from None
         except ValueError as exc:  # not JSON, or not a manifest (ValidationError)
             raise UsageError(
                 "RESULTS", f"{where} is not a job manifest ({one_line(exc)}); accepted: {ACCEPTED}"
@@ -135,6 +215,28 @@ class Results:
         if self.folder and job.prefix:
             self._strip = f"{job.prefix}/"
         return job
+
+    async def _manifest(self) -> str:
+        """The manifest's text, from the first of the keys RESULTS may mean that is there."""
+        for key in (self.manifest_key, *self.others):
+            try:
+                raw = await self.store.read_text(key)
+            except ObjectMissing:
+                continue
+            except StorageError as exc:
+                where = self.store.uri(key)
+                raise ResultsError(f"the job manifest at {where} cannot be read ({exc})") from None
+            self.manifest_key = key
+            return raw
+        for key in (self.manifest_key, *self.others):
+            if below := await jobs_in_store(self.store, key.removesuffix("/manifest.json")):
+                where = self.store.uri(key)
+                raise UsageError("RESULTS", f"no job manifest at {where}{below}")
+        raise UsageError(
+            "RESULTS",
+            f"no such folder here, and no job manifest at {self.store.uri(self.manifest_key)}; "
+            f"accepted: {ACCEPTED}",
+        )
 
     async def pages(self, reports: Sequence[PageReport]) -> list[PageView]:
         """The pages, in the order given, read a few at a time."""
@@ -157,7 +259,7 @@ class Results:
             try:
                 blocks = PageBlocks.model_validate_json(raw)
             except ValidationError as exc:
-                problems.append(f"its blocks file is not one this version reads: {exc}")
+                problems.append(blocks_unread(report.blocks_key or "", exc))
         return PageView(
             report,
             text,

@@ -117,13 +117,37 @@ def check(
     if args.progress_every < 0:
         problems.append(f"--progress-every: got {args.progress_every:g}; accepted: 0 or more")
     pages = None if problems else args.pages  # a bad selection is said once, not per file
-    checked = [check_file(path, pages, settings) for path in args.files]
+    paths, twice = once_each(args.files)
+    checked = [check_file(path, pages, settings) for path in paths]
     problems += [f for f in checked if isinstance(f, str)]
     files = [f for f in checked if isinstance(f, LocalFile)]
     if problems:
         return files, problems, []
     refused, notes = pages_unused(args.pages, files)
-    return files, [refused] if refused else [], notes
+    return files, [refused] if refused else [], twice + notes
+
+
+def once_each(paths: list[Path]) -> tuple[list[Path], list[str]]:
+    """The files given, each once (the first spelling kept), and a note for each given more
+    than once: it is one job, read once, not a second job that would find the first's pages
+    and call them reused."""
+    first: dict[Path, Path] = {}
+    again: dict[Path, list[Path]] = {}
+    for path in paths:
+        try:
+            same = path.resolve()
+        except (OSError, RuntimeError):  # a link loop: check_file says what it is
+            same = path.absolute()
+        if same in first:
+            again.setdefault(same, []).append(path)
+        else:
+            first[same] = path
+    notes = []
+    for same, more in again.items():
+        spelt = sorted({str(p) for p in more} - {str(first[same])})
+        also = f" (also as {', '.join(spelt)})" if spelt else ""
+        notes.append(f"{first[same]}: given {len(more) + 1} times{also}; read once")
+    return list(first.values()), notes
 
 
 async def run_main(settings: Settings, args: argparse.Namespace) -> int:

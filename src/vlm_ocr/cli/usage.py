@@ -8,9 +8,10 @@ wanted, a JSON file that does not parse."""
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -39,6 +40,40 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(USAGE_STATUS, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+class CommandParser(Parser):
+    """A command's own parser (`vlm-ocr run`). argparse hands what a command does not know up to
+    the top-level parser, which would name `vlm-ocr` and its help, where the command's options
+    are not listed; here the command says it, with the option probably meant."""
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: list[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(unrecognized(extras, self._option_string_actions))
+        return parsed, extras
+
+
+def unrecognized(extras: list[str], options: Iterable[str]) -> str:
+    """argparse's words for arguments it does not know, and the option meant when one is
+    close to the first unknown option."""
+    said = f"unrecognized arguments: {' '.join(extras)}"
+    unknown = next((a for a in extras if a.startswith("-") and len(a) > 1), None)
+    meant = closest_option(unknown.split("=", 1)[0], options) if unknown else None
+    return f"{said}; did you mean {meant}?" if meant else said
+
+
+def closest_option(option: str, options: Iterable[str]) -> str | None:
+    """The long option `option` was probably meant to be: for `-o`, the one long option that
+    starts with that letter (another command's short form); else the closest by spelling."""
+    names = sorted({o[2:] for o in options if o.startswith("--") and o != "--help"})
+    if len(option) == 2 and option[0] == "-" and option[1] != "-":
+        same = [name for name in names if name.startswith(option[1])]
+        return f"--{same[0]}" if len(same) == 1 else None
+    found = difflib.get_close_matches(option.lstrip("-"), names, n=1, cutoff=0.6)
+    return f"--{found[0]}" if found else None
 
 
 def say(command: str, error: UsageError) -> int:

@@ -232,6 +232,19 @@ def test_pages_with_images_alone_is_refused(tmp_path: Path) -> None:
     assert not (tmp_path / "results").exists()
 
 
+def test_a_fax_of_several_pages_is_read_page_by_page_and_left_as_it_was(tmp_path: Path) -> None:
+    frames = [page_image([reference(n)]).convert("1") for n in (1, 2, 3)]
+    fax = tmp_path / "fax.tif"
+    frames[0].save(fax, save_all=True, append_images=frames[1:], compression="group4")
+    sent = fax.read_bytes()
+    proc = vlm_ocr("run", "fax.tif", "--pages", "2-", "--out", "results", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("fax.tif: 2/2 pages ok")
+    for n in (2, 3):
+        assert reference(n) in (tmp_path / f"results/fax/page-{n:04d}.md").read_text()
+    assert fax.read_bytes() == sent  # the worker made a PDF of its own copy, not of the file
+
+
 def test_ctrl_c_stops_in_one_line_and_the_same_command_goes_on(tmp_path: Path) -> None:
     write_pdf(tmp_path / "long.pdf", 8)
     command = [sys.executable, "-m", "vlm_ocr", "run", "long.pdf", "--out", "results"]

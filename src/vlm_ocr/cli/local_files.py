@@ -45,13 +45,14 @@ class LocalFile:
 
 
 def file_kind(path: Path) -> Kind | None:
-    """A PDF by its header, an image by what Pillow finds in its header, else None."""
+    """A PDF by its header, an image by what Pillow finds in its header, else None. A TIFF of
+    several pages (a fax) is sent as the job's `pdf`, which reads every page of it."""
     with path.open("rb") as fh:
         if render.is_pdf(fh.read(1024)):
             return "pdf"
     try:
-        with Image.open(path):
-            return "image"
+        with Image.open(path) as img:
+            return "pdf" if img.format == "TIFF" and getattr(img, "n_frames", 1) > 1 else "image"
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError):
         return None
 
@@ -109,8 +110,14 @@ def special_kind(path: Path) -> str:
 def _pdf_pages(path: Path, pages: str | None, max_pages: int) -> int:
     from ..pipeline.sources import select_pages
 
-    info = render.inspect_pdf(str(path))
-    return len(select_pages(pages, info.page_count, max_pages)[0])
+    with path.open("rb") as fh:
+        tiff = render.is_tiff(fh.read(4))
+    if tiff:  # its pages are its frames; the worker makes it a PDF of them
+        with Image.open(path) as img:
+            count = img.n_frames
+    else:
+        count = render.inspect_pdf(str(path)).page_count
+    return len(select_pages(pages, count, max_pages)[0])
 
 
 def in_our_words(text: str) -> str:

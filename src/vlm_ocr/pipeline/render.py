@@ -56,14 +56,21 @@ def is_tiff(head: bytes) -> bool:
     return head[:4] in (b"II*\x00", b"MM\x00*")
 
 
+def open_document(path: str) -> PdfInfo:
+    """A job's document, spilled to a file of its own: a TIFF (a fax, a scanner's batch) is made
+    a PDF of its pages there, in place, so that the job reads it as a PDF (pages selected,
+    drawn to the budget and laid out alike); then as `inspect_pdf`."""
+    with open(path, "rb") as fh:
+        if is_tiff(fh.read(4)):
+            _tiff_as_pdf(path)
+    return inspect_pdf(path)
+
+
 def inspect_pdf(path: str) -> PdfInfo:
-    """Open a PDF (or a TIFF, made one) and say how many pages it has, or PageError('open',
-    reason a user can act on)."""
+    """Open a PDF and say how many pages it has, or PageError('open', reason a user can act on)."""
     with open(path, "rb") as fh:
         head = fh.read(1024)
-    if is_tiff(head):
-        _tiff_as_pdf(path)
-    elif not is_pdf(head):
+    if not is_pdf(head):
         raise PageError("open", NOT_A_PDF)
     try:
         doc = _open(path)
@@ -78,8 +85,6 @@ def inspect_pdf(path: str) -> PdfInfo:
 
 
 def _tiff_as_pdf(path: str) -> None:
-    """A multi-page TIFF (a fax, a scanner's batch) made a PDF of its pages, in place, so that a
-    job reads it as a PDF: pages selected, drawn to the budget and laid out alike."""
     try:
         with pymupdf.open(path, filetype="tiff") as tiff:
             data = tiff.convert_to_pdf()

@@ -11,12 +11,10 @@ import re
 import signal
 import subprocess
 import sys
-import tempfile
 import unicodedata
 from pathlib import Path
 
 import pymupdf
-import pytest
 from PIL import Image
 
 from vlm_ocr import samples
@@ -27,7 +25,7 @@ from vlm_ocr.contract import JobResult, PageItem, PageReport, Totals, check_pref
 from vlm_ocr.prompts import PRESETS
 from vlm_ocr_lab.standins.local_endpoint import worker_environ
 
-from .support import TEST_PIXELS, page_image, png_bytes
+from .support import TEST_PIXELS, page_image, png_bytes, unwritable_folder
 
 
 def vlm_ocr(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -346,22 +344,6 @@ def test_a_pipe_is_said_to_be_one_and_to_be_saved_first(tmp_path: Path) -> None:
         "vlm-ocr run: scan.pdf: not a regular file (a pipe); save it to a file first and give "
         "that; accepted: PDF, PNG, JPEG, WebP or TIFF files (.pdf, .png, .jpg, .webp, .tif, …)\n"
     )
-
-
-def unwritable_folder(tmp_path: Path) -> tuple[Path, str]:
-    """A folder this process cannot write in, and what the system says to a write there: one
-    without write permission, or for root, whom permissions do not stop (os.access says yes to
-    it), a folder of the kernel's own."""
-    folder = Path("/sys/kernel")
-    if os.geteuid() != 0:
-        folder = tmp_path / "locked"
-        folder.mkdir()
-        folder.chmod(0o555)
-    try:
-        tempfile.NamedTemporaryFile(dir=folder).close()
-    except OSError as exc:
-        return folder, exc.strerror
-    pytest.skip(f"{folder} can be written here: no folder refuses this process")
 
 
 def test_out_that_cannot_be_written_is_said_by_its_option_for_root_too(tmp_path: Path) -> None:

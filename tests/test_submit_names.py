@@ -19,6 +19,7 @@ from vlm_ocr.client.submit import Options
 from vlm_ocr.contract import PageReport, check_prefix
 from vlm_ocr_lab.standins.loopback_s3 import s3_client
 
+from .support import unwritable_folder
 from .support.workers import BUCKET, keys, read
 from .test_corpus import corpus_of, image, jobs_under, lines_of, pdf, run_corpus
 
@@ -91,10 +92,15 @@ def test_report_and_out_are_checked_before_anything_is_sent(workers, prefix, tmp
     (tmp_path / "reports").mkdir()
     (tmp_path / "taken.txt").write_text("a file")
 
+    locked, why = unwritable_folder(tmp_path)  # root included, whom permissions do not stop
     for args, said in (
         (("--report", "reports"), "--report: reports is a folder, not a file"),
         (("--out", "taken.txt"), "--out: taken.txt is a file, not a folder"),
         (("--report", "taken.txt/r.jsonl"), "taken.txt is a file, so taken.txt/r.jsonl"),
+        (
+            ("--report", f"{locked}/r.jsonl"),
+            f"--report: {locked}/r.jsonl cannot be written ({why})",
+        ),
     ):
         done = workers.submit(str(doc), "--prefix", prefix, *args, cwd=tmp_path)
         assert done.returncode == 2, done.stderr[-3000:]

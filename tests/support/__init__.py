@@ -10,13 +10,16 @@ import asyncio
 import base64
 import io
 import json
+import os
 import struct
 import subprocess
+import tempfile
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
 import pymupdf
+import pytest
 from PIL import Image
 
 from vlm_ocr import samples
@@ -203,3 +206,19 @@ def make_snapshot(folder: Path, config: dict[str, Any] | None = None) -> Path:
     }
     (folder / "model.safetensors.index.json").write_text(json.dumps(index))
     return folder
+
+
+def unwritable_folder(tmp_path: Path) -> tuple[Path, str]:
+    """A folder this process cannot write in, and what the system says to a write there: one
+    without write permission, or for root, whom permissions do not stop (os.access says yes to
+    it), a folder of the kernel's own."""
+    folder = Path("/sys/kernel")
+    if os.geteuid() != 0:
+        folder = tmp_path / "locked"
+        folder.mkdir()
+        folder.chmod(0o555)
+    try:
+        tempfile.NamedTemporaryFile(dir=folder).close()
+    except OSError as exc:
+        return folder, exc.strerror
+    pytest.skip(f"{folder} can be written here: no folder refuses this process")

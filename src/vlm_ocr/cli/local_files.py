@@ -172,13 +172,24 @@ def check_out(out: str) -> str | None:
     there = next(p for p in (path.absolute(), *path.absolute().parents) if p.exists())
     if not there.is_dir():
         return f"--out: {there} is a file, so {out} cannot be made; {OUT_ACCEPTED}"
-    # Tried, not asked (os.access): root passes every permission check, and a read-only or
-    # special file system refuses root too.
+    if why := cannot_write(there):
+        return f"--out: {there} cannot be written ({why}); {OUT_ACCEPTED}"
+    return None
+
+
+def cannot_write(path: Path) -> str | None:
+    """Why `path` (a folder to write in, or a file to write again) cannot be written, or None.
+    Tried, not asked (os.access): root passes every permission check, and a read-only or
+    special file system refuses root too."""
     try:
-        with tempfile.NamedTemporaryFile(dir=there, prefix=".write-check-"):
-            pass
+        if path.is_dir():
+            with tempfile.NamedTemporaryFile(dir=path, prefix=".write-check-"):
+                pass
+        else:
+            with path.open("ab"):  # neither truncated nor changed
+                pass
     except OSError as exc:
-        return f"--out: {there} cannot be written ({exc.strerror or exc}); {OUT_ACCEPTED}"
+        return exc.strerror or str(exc)
     return None
 
 

@@ -138,7 +138,7 @@ REPORT_ACCEPTED = "accepted: a file to write the report in (made if it is not th
 def check_files(args: argparse.Namespace) -> None:
     """--out and --report, before anything is sent: a job's results would be lost to a folder
     that cannot be written, and a run's report to a name that is a folder."""
-    from .local_files import check_out
+    from .local_files import cannot_write, check_out
 
     problem = check_out(str(args.out)) if args.out is not None else None
     if problem:
@@ -153,8 +153,8 @@ def check_files(args: argparse.Namespace) -> None:
         raise Usage(
             f"--report: {there} is a file, so {args.report} cannot be made; {REPORT_ACCEPTED}"
         )
-    if not os.access(there if not report.exists() else report, os.W_OK):
-        raise Usage(f"--report: {args.report} cannot be written (permission denied)")
+    if why := cannot_write(report if report.exists() else there):
+        raise Usage(f"--report: {args.report} cannot be written ({why})")
 
 
 def prepare(settings: Settings, args: argparse.Namespace) -> CorpusRun:

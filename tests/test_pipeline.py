@@ -282,6 +282,25 @@ def test_a_multi_page_tiff_among_images_reads_its_first_page_and_says_so(run) ->
     ]
 
 
+def test_a_tiff_sent_as_pdf_keeps_each_page_within_the_image_limit(run) -> None:
+    small, huge = Image.new("1", (1000, 1000), 1), Image.new("1", (12_000, 12_000), 1)
+    out = io.BytesIO()  # a few kB, 144 MP when its second page is decoded
+    small.save(out, "TIFF", save_all=True, append_images=[huge], compression="group4")
+    result = run({"pdf": {"base64": b64(out.getvalue())}})
+    assert result.status == "failed" and result.error == (
+        "input.pdf.base64: page 2 of the TIFF is 12000×12000, over the 50 MP limit "
+        "(MAX_IMAGE_PIXELS)"
+    )
+
+
+def test_an_animated_image_is_no_multi_page_tiff(run) -> None:
+    frames = [page_image(["An animated page."]), page_image(["Its second frame."])]
+    out = io.BytesIO()
+    frames[0].save(out, "WEBP", save_all=True, append_images=frames[1:], lossless=True)
+    result = run({"images": [{"base64": b64(out.getvalue())}]})
+    assert result.status == "ok" and result.pages[0].frames is None and not result.notes
+
+
 def test_a_page_tree_that_counts_more_pages_than_it_holds_is_said_so(run) -> None:
     pdf = samples.pdf_from_pages(samples.numbered_pages(2, lines=1))
     pdf = pdf.replace(b"/Count 2", b"/Count 3")  # MuPDF takes the tree's count as it is

@@ -56,13 +56,14 @@ def is_tiff(head: bytes) -> bool:
     return head[:4] in (b"II*\x00", b"MM\x00*")
 
 
-def open_document(path: str) -> PdfInfo:
+def open_document(path: str, max_image_pixels: int) -> PdfInfo:
     """A job's document, spilled to a file of its own: a TIFF (a fax, a scanner's batch) is made
     a PDF of its pages there, in place, so that the job reads it as a PDF (pages selected,
-    drawn to the budget and laid out alike); then as `inspect_pdf`."""
+    drawn to the budget and laid out alike), each page within MAX_IMAGE_PIXELS as an image is;
+    then as `inspect_pdf`."""
     with open(path, "rb") as fh:
         if is_tiff(fh.read(4)):
-            _tiff_as_pdf(path)
+            _tiff_as_pdf(path, max_image_pixels)
     return inspect_pdf(path)
 
 
@@ -84,7 +85,16 @@ def inspect_pdf(path: str) -> PdfInfo:
     return PdfInfo(pages, bool(doc.is_repaired))
 
 
-def _tiff_as_pdf(path: str) -> None:
+def _tiff_as_pdf(path: str, max_image_pixels: int) -> None:
+    with open_image(path, max_image_pixels) as img:  # its headers: no page decoded yet
+        for n in range(1, getattr(img, "n_frames", 1)):
+            img.seek(n)
+            if img.width * img.height > max_image_pixels:
+                raise PageError(
+                    "open",
+                    f"page {n + 1} of the TIFF is {img.width}×{img.height}, over the "
+                    f"{max_image_pixels / 1e6:g} MP limit (MAX_IMAGE_PIXELS)",
+                )
     try:
         with pymupdf.open(path, filetype="tiff") as tiff:
             data = tiff.convert_to_pdf()
@@ -180,7 +190,8 @@ def render_image(path: str, budget: Budget, max_image_pixels: int) -> PageImage:
     """Decode an image file, turn it upright by its EXIF orientation, fit the budget, flatten
     to RGB on white."""
     img = open_image(path, max_image_pixels)
-    frames = getattr(img, "n_frames", 1)  # a fax's pages: the first is read, the job says so
+    # a fax's pages: the first is read, and the job says so (an animated WebP's frames are none)
+    frames = getattr(img, "n_frames", 1) if img.format == "TIFF" else 1
     _check_aspect(img.width, img.height)
     scale = budget.scale_for(img.width, img.height)
     try:

@@ -73,7 +73,7 @@ class Rendering:
         return await self._call(render.crop_figures, image.png, boxes)
 
     async def pdf_info(self, path: Path) -> render.PdfInfo:
-        return await self._call(render.open_document, str(path))
+        return await self._call(render.open_document, str(path), self.max_image_pixels)
 
     async def pdf_page(self, path: Path, number: int, budget: Budget) -> PageImage:
         return await self._call(render.render_pdf_page, str(path), number, budget)

@@ -49,6 +49,10 @@ ALLOW_PATTERNS = [
     "chat_template.jinja",
     "quant_config.json",
     "quantize_config.json",
+    # the code a config.json's `auto_map` names: dots.ocr's checkpoints bring their configuration
+    # class (`configuration_dots.py`), which transformers has not got; vLLM reads it with
+    # --trust-remote-code, which only that family passes, so no other model's code is run
+    "*.py",
 ]
 
 

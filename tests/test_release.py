@@ -155,6 +155,22 @@ def test_complete_snapshot_from_the_hub_cache_is_baked_and_recorded(tmp_path: Pa
     assert doc["bytes"] == sum(doc["files"].values())
 
 
+def test_the_code_a_config_names_is_downloaded_with_the_weights() -> None:
+    # dots.ocr's config.json names its configuration class in `auto_map`: without the module the
+    # engine cannot read the config (transformers has no dots_ocr), so the worker never starts
+    import fnmatch
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("download_model", DOWNLOAD)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    config = json.loads((ROOT / "examples" / "dots.ocr.config.json").read_text())
+    named = {ref.split(".")[0] + ".py" for ref in config.get("auto_map", {}).values()}
+    for name in named | {"configuration_dots.py", "config.json", "model.safetensors"}:
+        assert any(fnmatch.fnmatch(name, p) for p in module.ALLOW_PATTERNS), name
+
+
 @pytest.mark.parametrize(
     ("damage", "says"),
     [

@@ -55,6 +55,14 @@ def test_replicas_follow_the_gpus(gpu: GpuFacts, values: dict, replicas: int, se
 def test_a_layout_the_gpus_cannot_hold_is_refused_naming_both_settings() -> None:
     with pytest.raises(ConfigError, match=r"DATA_PARALLEL_SIZE 2 × TENSOR_PARALLEL_SIZE 2 needs 4"):
         ServeSpec.resolve(Settings(data_parallel_size=2, tensor_parallel_size=2), h200s(2))
+    # tensor parallel alone on a worker of one GPU (a preset for two, the endpoint left at one):
+    # the fix is the endpoint's GPUs per worker, not a setting the user never set
+    with pytest.raises(ConfigError) as info:
+        ServeSpec.resolve(Settings(tensor_parallel_size=2), h200s(1))
+    assert str(info.value).endswith(
+        "needs 2 GPUs and this worker has 1; give each worker 2 GPUs (the endpoint's GPUs per "
+        "worker), or lower TENSOR_PARALLEL_SIZE"
+    )
 
 
 def test_replicas_start_together_behind_one_server() -> None:

@@ -201,10 +201,15 @@ def data_parallel_size(vllm: VllmSettings, gpu: GpuFacts) -> int:
     tp = vllm.tensor_parallel_size
     dp = vllm.data_parallel_size or max(1, len(gpu.gpus) // tp)
     if gpu.present and dp * tp > len(gpu.gpus):
+        fix = (
+            "lower one of them, or unset DATA_PARALLEL_SIZE to use every GPU"
+            if vllm.data_parallel_size
+            else f"give each worker {tp} GPUs (the endpoint's GPUs per worker), or lower "
+            "TENSOR_PARALLEL_SIZE"
+        )
         raise ConfigError(
             f"DATA_PARALLEL_SIZE {dp} × TENSOR_PARALLEL_SIZE {tp} needs {dp * tp} GPUs and this "
-            f"worker has {len(gpu.gpus)}; lower one of them, or unset DATA_PARALLEL_SIZE to use "
-            "every GPU"
+            f"worker has {len(gpu.gpus)}; {fix}"
         )
     return dp
 

@@ -332,6 +332,15 @@ def test_auto_engine_choice(tmp_path: Path) -> None:
     (cache / "models--org--here").mkdir(parents=True)
     here = Settings(model_name="org/here", hf_hub_cache=str(cache))
     assert ModelFiles(here.model).present() and choose_engine_kind(here, H100)[0] is EngineKind.VLLM
+    # the Hub image: no model baked, downloads allowed; on a GPU the vLLM engine downloads it,
+    # and a later start finds it where that download put it (the network volume's cache)
+    hub = Settings(model_name="org/later", hf_hub_offline=False)
+    kind, why = choose_engine_kind(hub, H100)
+    assert kind is EngineKind.VLLM and "downloaded at start (HF_HUB_OFFLINE=false)" in why
+    assert choose_engine_kind(hub, NO_GPU)[0] is EngineKind.RAPIDOCR
+    volume = tmp_path / "volume"
+    (volume / "hf" / "hub" / "models--org--later").mkdir(parents=True)
+    assert ModelFiles(hub.model, volume).present()
 
 
 def test_a_taken_port_is_refused(loop) -> None:

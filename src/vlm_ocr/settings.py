@@ -102,8 +102,9 @@ class JobSettings(Group):
 
     engine: EngineKind = Field(
         EngineKind.AUTO,
-        description="`auto` (vLLM when a CUDA GPU and a model are present, else the CPU engine), "
-        "`vllm`, `openai` (an external OpenAI-compatible server) or `rapidocr` (CPU).",
+        description="`auto` (vLLM when a CUDA GPU and a model are present, or the model may be "
+        "downloaded (`HF_HUB_OFFLINE=false`), else the CPU engine), `vllm`, `openai` (an "
+        "external OpenAI-compatible server) or `rapidocr` (CPU).",
     )
     output_dir: Path = Field(
         Path("output"),

@@ -17,7 +17,9 @@ log = logging.getLogger(__name__)
 
 
 def choose_engine_kind(settings: Settings, gpu: GpuFacts) -> tuple[EngineKind, str]:
-    """`auto` takes vLLM only when a CUDA GPU and a model are present; says why either way."""
+    """`auto` takes vLLM only when a CUDA GPU and a model are present, or the model may be
+    downloaded (`HF_HUB_OFFLINE=false`, the Hub image: the vLLM engine downloads it at start);
+    says why either way."""
     kind = settings.job.engine
     if kind is not EngineKind.AUTO:
         return kind, f"ENGINE={kind.value}"
@@ -25,6 +27,9 @@ def choose_engine_kind(settings: Settings, gpu: GpuFacts) -> tuple[EngineKind, s
     has_model = ModelFiles(settings.model).present()
     if gpu.present and has_model:
         return EngineKind.VLLM, f"ENGINE=auto: CUDA GPU and model {name} present"
+    if gpu.present and not settings.model.hf_hub_offline:
+        why = f"CUDA GPU, and model {name} downloaded at start (HF_HUB_OFFLINE=false)"
+        return EngineKind.VLLM, f"ENGINE=auto: {why}"
     missing = " and ".join(
         what
         for what, ok in (("no CUDA GPU", gpu.present), (f"model {name} not found", has_model))

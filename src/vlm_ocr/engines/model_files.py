@@ -49,10 +49,10 @@ class ModelFiles:
         return f"models--{self.name.replace('/', '--')}"
 
     def present(self) -> bool:
-        """A local folder, or the hub id in a hub cache the engine reads."""
-        return self.local_dir() is not None or any(
-            (cache / self.slug).is_dir() for cache in (self.hub_cache(), self.runpod_cache())
-        )
+        """A local folder, or the hub id in a hub cache the engine reads (a model downloaded at
+        an earlier start included)."""
+        caches = (self.hub_cache(), self.runpod_cache(), self.download_home() / "hub")
+        return self.local_dir() is not None or any((c / self.slug).is_dir() for c in caches)
 
     def runpod_cache(self) -> Path:
         return self.volume / RUNPOD_CACHE

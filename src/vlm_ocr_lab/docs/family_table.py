@@ -153,7 +153,8 @@ def pace(row: Row, cheapest: float | None) -> tuple[str, str, str, str]:
 def readme_table() -> str:
     lines = [
         "| family (`MODEL_FAMILY`) | checkpoint | olmOCR-bench | licence of the weights | "
-        "weights; pages at once on 80 / 141 GB (`vlm-ocr plan`) | pages/s on one H200, "
+        "weights; pages at once on 80 / 141 GB, each at the family's largest page and answer "
+        "(`vlm-ocr plan`) | pages/s on one H200, "
         "worker / direct (dummy weights, 800 output tokens a page) | cold start | US$ per "
         f"million pages at US${GPU_PRICE} an H200-hour | measured with |",
         "|---|---|---|---|---|---|---|---|---|",

@@ -126,6 +126,8 @@ def test_a_url_given_where_it_does_not_go_is_shown_without_its_secrets() -> None
         assert "hunter2" not in said and "SECRET" not in said and "bob" not in said
     with pytest.raises(InputErrors, match='is a URL, not a key in the bucket: send it as "url"'):
         JobInput.parse({"pdf": {"key": secret}}, max_pages=10)
+    with pytest.raises(InputErrors, match=r"give the key within the bucket: 'inbox/a\.pdf'"):
+        JobInput.parse({"pdf": {"key": "s3://my-bucket/inbox/a.pdf"}}, max_pages=10)
 
 
 def test_loopback_allowed_only_when_configured(server: LoopbackServer) -> None:

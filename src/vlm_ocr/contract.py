@@ -65,6 +65,9 @@ class Source(_Strict):
     @field_validator("key")
     @classmethod
     def _a_key_not_a_url(cls, key: str | None) -> str | None:
+        if key is not None and key.startswith("s3://"):  # the bucket is the worker's own
+            inside = key.removeprefix("s3://").partition("/")[2]
+            raise ValueError(f"{key!r} is an address; give the key within the bucket: {inside!r}")
         if key is not None and looks_like_url(key):
             raise ValueError(
                 f"{redact(key)!r} is a URL, not a key in the bucket: send it as "

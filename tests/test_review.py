@@ -485,3 +485,78 @@ def test_a_bucket_prefix_is_found_as_run_and_submit_print_it(tmp_path: Path, s3)
     assert f"RESULTS: s3://elsewhere/x is not in the bucket the settings name (s3://{bucket}/)" in (
         proc.stderr
     )
+
+
+def fax_frames() -> list[Image.Image]:
+    """Three pages of a fax, each with a black bar in its own third of the top edge."""
+    frames = []
+    for n, word in enumerate(("one", "two", "three")):
+        frame = page_image([f"Fax page {word} of three, its own words."]).convert("L")
+        third = frame.width // 3
+        frame.paste(0, (n * third + 20, 20, (n + 1) * third - 20, 80))
+        frames.append(frame.convert("1"))
+    return frames
+
+
+def bar_third(picture: str) -> int:
+    """Which third of a page's picture holds the black bar along its top edge."""
+    with Image.open(io.BytesIO(base64.b64decode(picture))) as shown:
+        grey = shown.convert("L")
+    third, band = grey.width // 3, grey.height * 0.05
+    means = [
+        sum(grey.crop((n * third, 0, (n + 1) * third, round(band))).getdata()) for n in range(3)
+    ]
+    return means.index(min(means))
+
+
+def test_a_fax_job_draws_each_page_from_its_own_page_of_the_tiff(tmp_path: Path, run) -> None:
+    frames = fax_frames()
+    folder = tmp_path / "faxes"
+    folder.mkdir()
+    tiff = folder / "fax.tiff"
+    frames[0].save(tiff, save_all=True, append_images=frames[1:], compression="group4")
+    result = run(
+        {"pdf": {"base64": b64(tiff.read_bytes()), "name": "fax.tiff"}, "output_prefix": "fax"}
+    )
+    assert [p.status for p in result.pages] == ["ok"] * 3, result.pages
+    for given in (["--images", str(folder)], ["--pdf", str(tiff)]):
+        proc = review("out/fax", *given, "-o", "fax.html", cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        html = (tmp_path / "fax.html").read_text(encoding="utf-8")
+        for n in (1, 2, 3):
+            picture, said = picture_of(html, n)
+            assert picture is not None, said
+            assert bar_third(picture) == n - 1, (given, n)
+
+
+def test_a_stopped_jobs_one_line_error_is_in_the_summary(tmp_path: Path) -> None:
+    job = tmp_path / "stopped"
+    job.mkdir()
+    error = (
+        "the job was stopped: 1 of 2 pages stored, the rest not processed; submitting it again "
+        "reads only the pages missing"
+    )
+    pages = [
+        PageReport(page=1, source="a.pdf", status="ok", key="stopped/page-0001.md"),
+        PageReport(page=2, source="a.pdf", status="failed", error="not processed"),
+    ]
+    manifest = JobResult(job_id="j", status="partial", prefix="stopped", pages=pages, error=error)
+    (job / "manifest.json").write_text(manifest.model_dump_json())
+    (job / "page-0001.md").write_text("Article 1 shall apply.")
+    proc = review(str(job), "-o", "stopped.html", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    html = (tmp_path / "stopped.html").read_text(encoding="utf-8")
+    summary = html[html.index('<header class="summary">') : html.index("</header>")]
+    assert error in summary
+
+
+def test_the_headings_of_a_job_cut_to_size_count_the_pages_shown(job: Job) -> None:
+    out = job.folder.parent / "cut.html"
+    args = [str(job.folder), "--pdf", str(job.pdf), "-o", str(out), "--max-mb", "0.05"]
+    proc = review(*args, cwd=job.folder.parent)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    html = out.read_text(encoding="utf-8")
+    shown = [int(n) for n in re.findall(r'<article [^>]*id="page-(\d+)"', html)]
+    flagged = len([n for n in shown if n in (2, 3)])  # pages 2 and 3 need attention
+    said = "(2)" if flagged == 2 else f"({flagged} of 2 shown)"
+    assert re.findall(r"<h2>([^<]*)</h2>", html)[:1] == [f"Needs attention {said}"]

@@ -82,6 +82,8 @@ def given(args: argparse.Namespace) -> tuple[Path | None, Path | None, Path | No
             image = args.source
     elif pdf is not None:
         input_file(pdf, "--pdf", PDF_ACCEPTED)
+        if _frames(pdf) > 1:  # a multi-page TIFF, which the worker reads as the PDF of its pages
+            return pdf, images, image
         if not _is_pdf(pdf):
             raise UsageError("--pdf", f"{pdf} is not a PDF; accepted: {PDF_ACCEPTED}")
         _check_opens(pdf, "--pdf")
@@ -107,6 +109,35 @@ def _check_opens(pdf: Path, argument: str) -> None:
 def _is_pdf(path: Path) -> bool:
     with path.open("rb") as f:
         return f.read(1024).lstrip().startswith(b"%PDF-")
+
+
+def _frames(path: Path) -> int:
+    """The pages of a TIFF (1 for any other file, or one Pillow cannot read)."""
+    try:
+        with Image.open(path) as image:
+            return getattr(image, "n_frames", 1) if image.format == "TIFF" else 1
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError):
+        return 1
+
+
+def _number_in(path: Path, page: PageReport) -> int:
+    """The page's place in its file: its number in a PDF, and in a TIFF of several pages sent
+    as the document (the worker reads it as the PDF of its pages); 1 in an image sent as one
+    page (of a TIFF sent so, only the first page is read, and `frames` says so)."""
+    if _is_pdf(path) or (page.frames is None and _frames(path) > 1):
+        return page.page
+    return 1
+
+
+def _open_frame(path: Path, number: int) -> Image.Image:
+    """Page `number` of an image file (a TIFF's page; any other image is its own page 1),
+    upright by its EXIF orientation as the worker reads it."""
+    with Image.open(path) as opened:
+        try:
+            opened.seek(number - 1)
+        except EOFError:
+            raise IndexError(f"{path.name} has {_pages(_frames(path))}") from None
+        return ImageOps.exif_transpose(opened).convert("RGB")
 
 
 @dataclass(frozen=True)
@@ -189,8 +220,7 @@ def source_page(
             pix = page.get_pixmap(matrix=pymupdf.Matrix(zoom, zoom), alpha=False)
             image = Image.frombytes("RGB", (pix.width, pix.height), pix.samples)
     else:
-        with Image.open(source) as opened:
-            image = ImageOps.exif_transpose(opened).convert("RGB")
+        image = _open_frame(source, number)
     if rotated:
         image = image.rotate(-rotated, expand=True)
     return image.resize(size)
@@ -208,8 +238,7 @@ def _natural_size(where: Where) -> tuple[float, float]:
         with pymupdf.open(where.path, filetype="pdf") as pdf:
             rect = pdf[where.number - 1].rect
             return rect.width, rect.height
-    with Image.open(where.path) as image:
-        return ImageOps.exif_transpose(image).size
+    return _open_frame(where.path, where.number).size
 
 
 def not_the_page(where: Where, page: PageReport, blocks: PageBlocks | None) -> str:
@@ -227,7 +256,9 @@ def not_the_page(where: Where, page: PageReport, blocks: PageBlocks | None) -> s
             "folder holding it"
         )
     given = _natural_size(where)
-    what = f"page {where.number} of {where.path.name}" if pdf else where.path.name
+    what = (
+        f"page {where.number} of {where.path.name}" if pdf or where.number > 1 else where.path.name
+    )
     if pdf and blocks is not None and blocks.pdf_size is not None:
         read = blocks.pdf_size
         if all(abs(a - b) <= POINTS_TOLERANCE * b for a, b in zip(given, read, strict=True)):
@@ -312,13 +343,17 @@ def recorded_name(page: PageReport) -> str | None:
 
 def from_pdf(pdf: Path, pages: Sequence[PageReport]) -> Pictures:
     """Each page by its number in the PDF; a page the job read from an image has none here."""
-    with pymupdf.open(pdf) as doc:
-        count = doc.page_count
+    tiff = _frames(pdf) > 1  # a fax: its pages are the job's, as the worker read it
+    if tiff:
+        count = _frames(pdf)
+    else:
+        with pymupdf.open(pdf) as doc:
+            count = doc.page_count
     found = Pictures(notes=[f"page pictures from {pdf.name}"])
     others = set()
     for page in pages:
         name = recorded_name(page)
-        if name is not None and is_image_file(Path(name)):
+        if name is not None and is_image_file(Path(name)) and not (tiff and page.frames is None):
             found.missing[page.page] = (
                 f"no picture: the job read page {page.page} from the image {name}, not from a "
                 "PDF; give --images DIR, the folder holding it"
@@ -326,7 +361,7 @@ def from_pdf(pdf: Path, pages: Sequence[PageReport]) -> Pictures:
         elif page.page > count:
             found.missing[page.page] = f"no picture: {pdf.name} has {_pages(count)}"
         else:
-            found.pages[page.page] = Where(pdf, page.page)
+            found.pages[page.page] = Where(pdf, _number_in(pdf, page))
             if name is not None and name != pdf.name:
                 others.add(name)
     if others:
@@ -357,7 +392,7 @@ def from_images(folder: Path, pages: Sequence[PageReport]) -> Pictures:
                 f"no picture: {folder} has no {name}, the file the job read as page {page.page}"
             )
         else:
-            found.pages[page.page] = Where(path, page.page if _is_pdf(path) else 1)
+            found.pages[page.page] = Where(path, _number_in(path, page))
     return found
 
 
@@ -390,7 +425,7 @@ async def from_bucket(
     for page in pages:
         path = files.get(page.source.removeprefix("key:"))
         if path is not None and page.source.startswith("key:"):
-            found[page.page] = Where(path, page.page if path.suffix == ".pdf" else 1)
+            found[page.page] = Where(path, _number_in(path, page))
     if files:
         notes.insert(0, f"page pictures from {', '.join(inputs.uri(k) for k in files)}")
     return Pictures(found, notes=notes)

@@ -217,7 +217,7 @@ def render(
         section = heading(shown.pages, r, pages, missing) + page_section(view, jpeg, why)
         cost = len(section.encode())
         if used + cost > budget:
-            return shown
+            break
         if jpeg is not None and why:
             shown.doubted.append(r.page)
         elif jpeg is None:
@@ -225,6 +225,9 @@ def render(
         shown.pages.append(r)
         shown.sections.append(section)
         used += cost
+    shown.sections = [
+        counted(section, n, shown.pages, pages, missing) for n, section in enumerate(shown.sections)
+    ]
     return shown
 
 
@@ -233,10 +236,32 @@ def heading(
     page: PageReport,
     pages: Sequence[PageReport],
     missing: Collection[int] = (),
+    shown: Sequence[PageReport] | None = None,
 ) -> str:
+    """The heading before `page` where its group (needing attention or not) starts: the pages
+    of the group `shown`, and of how many when the size limit left some out (before the cut
+    is known, as long as that can be, so that the budget holds)."""
     flagged = bool(flags_of(page, missing))
     if before and bool(flags_of(before[-1], missing)) == flagged:
         return ""
     count = sum(bool(flags_of(p, missing)) == flagged for p in pages)
+    drawn = count if shown is None else sum(bool(flags_of(p, missing)) == flagged for p in shown)
     title = "Needs attention" if flagged else ("The other pages" if before else "The pages")
-    return f"<h2>{title} ({count})</h2>"
+    if shown is not None and drawn == count:
+        return f"<h2>{title} ({count})</h2>"
+    return f"<h2>{title} ({drawn} of {count} shown)</h2>"
+
+
+def counted(
+    section: str,
+    n: int,
+    shown: Sequence[PageReport],
+    pages: Sequence[PageReport],
+    missing: Collection[int],
+) -> str:
+    """Section `n` with its heading counting the pages shown, once the cut is known."""
+    before, page = shown[:n], shown[n]
+    old = heading(before, page, pages, missing)
+    if not old:
+        return section
+    return heading(before, page, pages, missing, shown) + section.removeprefix(old)

@@ -78,6 +78,8 @@ def summary(
         f'<table class="counts"><tr>{head}</tr><tr>{row}</tr></table>',
         f'<p class="meta">{escape(timings(job))}</p>',
     ]
+    if job.error:  # the one line that says why the job is not `ok`, and what to do
+        out.append(f'<p class="problems">{escape(job.error)}</p>')
     if left_out:
         out.append(f'<p class="left-out">{escape(left_out)}</p>')
     lists = [("Notes", job.notes), ("Errors", job.errors), ("This review", notes)]

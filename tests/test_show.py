@@ -363,3 +363,38 @@ def test_a_prefix_in_output_dir_holding_job_folders_names_them(
         "/output/batch/manifest.json, but the job folder batch/two is inside it: give that as "
         "RESULTS\n"
     )
+
+
+def test_accented_latin_greek_and_cyrillic_are_drawn_as_their_own_letters() -> None:
+    def drawn(text: str) -> bytes:
+        image = Image.new("RGB", (200, 60), "white")
+        show.write(ImageDraw.Draw(image), (5, 5), text, 24)
+        return image.tobytes()
+
+    # PIL's own font draws each of them as the same empty box: here each is a glyph of its own.
+    letters = "éüßŁαЖ"
+    assert len({drawn(c) for c in letters}) == len(letters)
+    assert drawn("Café Müller") != drawn("Caf\U0010fffd M\U0010fffdller")
+
+
+def test_a_blocks_text_on_a_blank_page_stays_inside_its_box(monkeypatch) -> None:
+    monkeypatch.setattr(fonts, "cjk_font", lambda: None)  # its boxes take room all the same
+    show.warn_no_cjk_font.cache_clear()
+    words = "The quick brown fox jumps over the lazy dog, Café Müller, 出租人得於租期屆滿 " * 40
+    left, right = (100, 200, 700, 500), (760, 200, 1190, 500)  # two columns, a gutter between
+    blocks = [Block(kind="text", box=box, content=words) for box in (left, right)]
+    doc = PageBlocks(
+        page=1, width=1200, height=800, source="rapidocr", labelled=False, blocks=blocks
+    )
+    drawn = show.draw(doc).convert("L")
+    show.warn_no_cjk_font.cache_clear()
+    outside = [
+        (left[2] + 1, left[1], right[0] - 1, left[3]),  # the gutter
+        (right[2] + 1, right[1], 1200, right[3]),  # past the right column, to the page's edge
+        (0, left[3] + 1, 1200, 800),  # below both
+    ]
+    for region in outside:
+        assert min(drawn.crop(region).getdata()) > 200, region  # white: no text there
+    # Wrapped to more lines: ink in each box's lower half, not only on its first line.
+    for x0, y0, x1, y1 in (left, right):
+        assert min(drawn.crop((x0 + 10, (y0 + y1) // 2, x1 - 10, y1 - 10)).getdata()) < 100

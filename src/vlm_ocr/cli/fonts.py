@@ -1,6 +1,7 @@
 """A font with Chinese, Japanese and Korean in it, for the text `vlm-ocr show` draws and the
 review page's font stack: PIL's own font and a browser's Latin fonts have none, and draw such
-text as empty boxes.
+text as empty boxes. PIL's own font has ASCII and little more, so `show` draws the rest of Latin,
+Greek and Cyrillic in the sans-serif font MuPDF ships (`latin_font`), which has them.
 
 Found on the system, never shipped: fontconfig's choice for Traditional Chinese (`fc-match
 :lang=zh-tw`, where fontconfig is installed), else the usual places of the common CJK fonts. A
@@ -9,11 +10,13 @@ font is taken only if it draws 中 as a glyph of its own, not as its empty box."
 from __future__ import annotations
 
 import functools
+import io
 import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+import pymupdf
 from PIL import ImageFont
 
 # Where the common CJK fonts are installed: Debian and Ubuntu (fonts-noto-cjk, fonts-wqy-*,
@@ -61,7 +64,12 @@ class Found:
     family: str | None
 
     def font(self, size: int) -> ImageFont.FreeTypeFont:
-        return ImageFont.truetype(str(self.path), size, index=self.index)
+        return _truetype(str(self.path), self.index, size)
+
+
+@functools.cache  # `show` measures its text run by run
+def _truetype(path: str, index: int, size: int) -> ImageFont.FreeTypeFont:
+    return ImageFont.truetype(path, size, index=index)
 
 
 @functools.cache
@@ -108,9 +116,24 @@ def _draws_cjk(found: Found) -> bool:
     return han.getbbox() is not None and bytes(han) != bytes(missing)
 
 
-def needs_cjk(text: str) -> bool:
-    """The text has a character past Latin, Greek and Cyrillic (PIL's own font has no more)."""
-    return any(ord(c) > 0x052F for c in text)
+@functools.cache
+def _mupdf_sans() -> pymupdf.Font:
+    return pymupdf.Font("helv")  # built into MuPDF: Latin, Greek and Cyrillic
+
+
+@functools.cache
+def latin_font(size: int) -> ImageFont.FreeTypeFont:
+    """MuPDF's own sans-serif font, for the non-ASCII letters PIL's own font lacks."""
+    return ImageFont.truetype(io.BytesIO(_mupdf_sans().buffer), size)
+
+
+def script(char: str) -> str:
+    """Which font draws `char`: "ascii" (PIL's own, which has no more), "latin" (`latin_font`:
+    accented Latin, Greek, Cyrillic, the signs beside them) or "cjk" (the system's, for the
+    rest)."""
+    if ord(char) < 0x80:
+        return "ascii"
+    return "latin" if _mupdf_sans().has_glyph(ord(char)) else "cjk"
 
 
 def css_stack() -> str:

@@ -17,6 +17,7 @@ import asyncio
 import functools
 import itertools
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from PIL import Image, ImageDraw, ImageFont
@@ -120,8 +121,7 @@ def draw(doc: PageBlocks, page: Image.Image | None = None) -> Image.Image:
         x0, y0, x1, y1 = block.box
         pen.rectangle((x0, y0, x1, y1), fill=(*colour, 40), outline=(*colour, 255), width=width)
         if page is None and block.content:
-            snippet = " ".join(block.content.split())[:120]
-            write(pen, (x0 + width * 2, y0 + width * 2), snippet, text_size)
+            write_in(pen, block.box, block.content, text_size, inset=width * 2)
         tag = f"{n} {block.kind}"
         left, top, right, bottom = pen.textbbox((x0, y0), tag, font=label_font)
         lift = bottom - top + 2 * width
@@ -131,17 +131,95 @@ def draw(doc: PageBlocks, page: Image.Image | None = None) -> Image.Image:
     return Image.alpha_composite(base, layer).convert("RGB")
 
 
+SNIPPET_CHARS = 2000  # more than any block's box holds at the size drawn
+
+
+def write_in(
+    pen: ImageDraw.ImageDraw,
+    box: tuple[float, float, float, float],
+    text: str,
+    size: int,
+    inset: float,
+) -> None:
+    """The start of `text` inside `box`: wrapped to its width, as many lines as fit in its
+    height (one at least), the last cut with "…" when more is left, so that it is not drawn
+    over the next block or off the page."""
+    x0, y0, x1, y1 = box
+    room = x1 - x0 - 2 * inset
+    height = round(size * 1.25)
+    count = max(1, int((y1 - y0 - 2 * inset) // height))
+    lines = wrap(
+        " ".join(text[:SNIPPET_CHARS].split()), lambda t: width_of(pen, t, size) <= room, count
+    )
+    for n, line in enumerate(lines):
+        write(pen, (x0 + inset, y0 + inset + n * height), line, size)
+
+
+def wrap(text: str, fits: Callable[[str], bool], count: int) -> list[str]:
+    """`text` in at most `count` lines that each `fits`: broken between words, and inside a
+    word too long for a line (Chinese has no spaces); "…" ends the last when some is left."""
+    lines: list[str] = []
+    line = ""
+    for word in text.split(" "):
+        if fits(f"{line} {word}" if line else word):
+            line = f"{line} {word}" if line else word
+            continue
+        if line:
+            lines.append(line)
+        while len(lines) < count and not fits(word):
+            cut = longest_fit(word, fits)
+            lines.append(word[:cut])
+            word = word[cut:]
+        if len(lines) >= count:
+            return ellipsis(lines[:count], fits)
+        line = word
+    return [*lines, line] if line else lines
+
+
+def longest_fit(word: str, fits: Callable[[str], bool]) -> int:
+    """How many of `word`'s first characters fit (one at least), found by halving."""
+    low, high = 1, len(word) - 1
+    while low < high:
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if fits(word[:mid]) else (low, mid - 1)
+    return low
+
+
+def ellipsis(lines: list[str], fits: Callable[[str], bool]) -> list[str]:
+    last = lines[-1]
+    while last and not fits(f"{last.rstrip()}…"):
+        last = last[:-1]
+    return [*lines[:-1], f"{last.rstrip()}…"]
+
+
+def width_of(pen: ImageDraw.ImageDraw, text: str, size: int) -> float:
+    return sum(pen.textlength(run, font=font) for run, font in runs(text, size))
+
+
+def runs(text: str, size: int) -> Iterator[tuple[str, ImageFont.FreeTypeFont]]:
+    """`text` in runs, each with the font that has its characters: ASCII in PIL's own font, as
+    it always was, other Latin, Greek and Cyrillic in MuPDF's (PIL's has none of them), the
+    rest in the system's CJK font."""
+    for kind, chars in itertools.groupby(text, key=fonts.script):
+        if kind == "ascii":
+            font = ascii_font(size)
+        else:
+            font = fonts.latin_font(size) if kind == "latin" else cjk_font(size)
+        yield "".join(chars), font
+
+
 def write(pen: ImageDraw.ImageDraw, at: tuple[float, float], text: str, size: int) -> None:
-    """`text` from `at` on one baseline: its Latin runs in PIL's own font, as they always were,
-    the runs past Latin in the system's CJK font (said once when there is none: they are then
-    drawn as empty boxes)."""
-    latin = ImageFont.load_default(size=size)
-    x, baseline = at[0], at[1] + latin.getmetrics()[0]
-    for cjk, chars in itertools.groupby(text, key=fonts.needs_cjk):
-        run = "".join(chars)
-        font = cjk_font(size) if cjk else latin
+    """`text` from `at` on one baseline, each run in a font that has it (`runs`); said once
+    when the system has no CJK font: its text is then drawn as empty boxes."""
+    x, baseline = at[0], at[1] + ascii_font(size).getmetrics()[0]
+    for run, font in runs(text, size):
         pen.text((x, baseline), run, font=font, fill=(60, 60, 60, 255), anchor="ls")
         x += pen.textlength(run, font=font)
+
+
+@functools.cache
+def ascii_font(size: int) -> ImageFont.FreeTypeFont:
+    return ImageFont.load_default(size=size)  # type: ignore[return-value]
 
 
 def cjk_font(size: int) -> ImageFont.FreeTypeFont:

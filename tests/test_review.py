@@ -560,3 +560,25 @@ def test_the_headings_of_a_job_cut_to_size_count_the_pages_shown(job: Job) -> No
     flagged = len([n for n in shown if n in (2, 3)])  # pages 2 and 3 need attention
     said = "(2)" if flagged == 2 else f"({flagged} of 2 shown)"
     assert re.findall(r"<h2>([^<]*)</h2>", html)[:1] == [f"Needs attention {said}"]
+
+
+def test_running_heads_the_job_dropped_are_no_difference_of_the_second_opinion() -> None:
+    # the two readings agreed (1.000) before the job dropped "Item 1" as a running head from the
+    # stored text: the CPU engine's line is left out of the comparison, not marked as missing
+    from vlm_ocr.blocks import Block, PageBlocks
+    from vlm_ocr.cli.results import PageView
+    from vlm_ocr.cli.review.markup import opinion
+
+    report = PageReport(page=2, source="minutes.pdf", status="ok", agreement=1.0, review=False)
+    blocks = PageBlocks(
+        page=2, width=800, height=1000, source="rapidocr", labelled=False,
+        blocks=[Block(kind="page-header", content="Item 1"), Block(kind="text", content="Agreed.")],
+    )  # fmt: skip
+    view = PageView(report, text="The minutes were agreed.", blocks=blocks)
+    second = "Item 1\nThe minutes were agreed."
+    html = opinion(PageView(view.report, view.text, blocks=view.blocks, second=second))
+    assert "<mark>" not in html and "Item 1" not in html
+    assert "1 line the job left out of the stored text as running headers and footers" in html
+    # a line of the page's own text is still marked where the readings differ
+    other = opinion(PageView(report, "The minutes were agreed.", blocks=blocks, second="Other."))
+    assert "<mark>" in other

@@ -12,7 +12,7 @@ from html import escape
 
 import nh3
 
-from ...blocks import Block
+from ...blocks import RUNNING, Block
 from ..results import PageView
 from ..show import COLOURS
 from .flags import FLAGS, flags_of
@@ -180,8 +180,15 @@ def opinion(view: PageView) -> str:
     diffs = "".join(f"<li>{escape(d)}</li>" for d in r.differences or [])
     body = f"<ul>{diffs}</ul>" if diffs else ""
     if view.text is not None and view.second is not None:
-        a, b, compared = marked(view.text[:MAX_TEXT_CHARS], view.second[:MAX_TEXT_CHARS])
+        second, left = without_dropped_heads(view)
+        a, b, compared = marked(view.text[:MAX_TEXT_CHARS], second[:MAX_TEXT_CHARS])
         note = "" if compared else '<p class="hint">Too long to mark the words that differ.</p>'
+        if left:
+            note += (
+                f'<p class="hint">{left} line{"s" if left > 1 else ""} the job left out of the '
+                "stored text as running headers and footers, left out of the CPU engine's "
+                "reading here too.</p>"
+            )
         body += (
             f'{note}<div class="readings"><div><h5>The engine (stored)</h5><pre>{a}</pre></div>'
             f"<div><h5>The CPU engine</h5><pre>{b}</pre></div></div>"
@@ -189,6 +196,30 @@ def opinion(view: PageView) -> str:
     elif r.second_key is None:
         body += '<p class="hint">The CPU engine\'s reading was not stored with this job.</p>'
     return f"<h4>{escape(head)}</h4>{body}"
+
+
+def without_dropped_heads(view: PageView) -> tuple[str, int]:
+    """The CPU engine's reading without the running heads the job dropped from the stored text
+    after the two were compared (`headers_footers: drop`), and how many lines that left out: the
+    agreement was measured before, so they are no difference to mark."""
+    second = view.second or ""
+    if view.blocks is None or view.text is None:
+        return second, 0
+    kept = {_line(t) for t in view.text.splitlines()}
+    dropped = {
+        n
+        for b in view.blocks.blocks
+        if b.kind in RUNNING
+        for t in b.content.splitlines()
+        if (n := _line(t)) and n not in kept
+    }
+    lines = second.splitlines()
+    left = [t for t in lines if _line(t) not in dropped]
+    return "\n".join(left), len(lines) - len(left)
+
+
+def _line(text: str) -> str:
+    return "".join(c for c in text.lower() if c.isalnum())
 
 
 def stored_text(view: PageView) -> str:

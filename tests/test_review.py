@@ -582,3 +582,27 @@ def test_running_heads_the_job_dropped_are_no_difference_of_the_second_opinion()
     # a line of the page's own text is still marked where the readings differ
     other = opinion(PageView(report, "The minutes were agreed.", blocks=blocks, second="Other."))
     assert "<mark>" in other
+
+
+def test_images_of_one_name_in_several_folders_each_get_their_own(tmp_path: Path) -> None:
+    from vlm_ocr.cli.pictures import from_images
+
+    def report(n: int, source: str) -> PageReport:
+        return PageReport(page=n, source=source, status="ok")
+
+    pages = [report(1, "scans/monday/page.png"), report(2, "key:scans/tuesday/page.png")]
+    for day in ("monday", "tuesday"):
+        (tmp_path / "tree" / "scans" / day).mkdir(parents=True)
+        (tmp_path / "tree" / "scans" / day / "page.png").write_bytes(png_bytes(page_image([day])))
+    found = from_images(tmp_path / "tree", pages)
+    assert {n: w.path.parent.name for n, w in found.pages.items()} == {1: "monday", 2: "tuesday"}
+    below = from_images(tmp_path / "tree" / "scans", pages)  # the recorded path's last folders
+    assert {n: w.path.parent.name for n, w in below.pages.items()} == {1: "monday", 2: "tuesday"}
+    # one of them alone, under the bare name: which page it is cannot be told, and it says so
+    (tmp_path / "flat").mkdir()
+    (tmp_path / "flat" / "page.png").write_bytes(png_bytes(page_image(["monday"])))
+    flat = from_images(tmp_path / "flat", pages)
+    assert not flat.pages and flat.missing[2].startswith(
+        "no picture: the job read 2 files named page.png (scans/monday/page.png, "
+        "scans/tuesday/page.png)"
+    )

@@ -331,14 +331,22 @@ def _shape(size: tuple[float, float], unit: str) -> str:
 def recorded_name(page: PageReport) -> str | None:
     """The file name the job recorded for the page's source: its `name`, or the last part of
     its bucket key or URL; None for base64 sent without a name."""
+    parts = recorded_parts(page)
+    return parts[-1] if parts else None
+
+
+def recorded_parts(page: PageReport) -> tuple[str, ...]:
+    """The path the job recorded for the page's source, folders first (a `name` given with
+    folders, a bucket key, a URL's path), without any part that would climb out of a folder;
+    () for base64 sent without a name."""
     source = page.source
     if source == "base64":
-        return None
+        return ()
     if source.startswith("key:"):
-        return Path(source.removeprefix("key:")).name or None
-    if source.startswith(("http://", "https://")):
-        return Path(unquote(urlsplit(source).path)).name or None
-    return Path(source).name or None
+        source = source.removeprefix("key:")
+    elif source.startswith(("http://", "https://")):
+        source = unquote(urlsplit(source).path)
+    return tuple(p for p in source.replace("\\", "/").split("/") if p not in ("", ".", ".."))
 
 
 def from_pdf(pdf: Path, pages: Sequence[PageReport]) -> Pictures:
@@ -378,9 +386,17 @@ def from_images(folder: Path, pages: Sequence[PageReport]) -> Pictures:
     """Each page's image by the name the job recorded for it, never by its place in the
     folder: a page whose name is not there, or that has no name, has no picture."""
     found = Pictures(notes=[f"page pictures from the images in {folder}"])
+    sources: dict[str, set[tuple[str, ...]]] = {}  # by file name, the paths recorded
     for page in pages:
-        name = recorded_name(page)
-        path = folder / name if name is not None else None
+        if parts := recorded_parts(page):
+            sources.setdefault(parts[-1], set()).add(parts)
+    for page in pages:
+        parts = recorded_parts(page)
+        name = parts[-1] if parts else None
+        # the recorded path below the folder, else its last folders and name, else the name
+        tails = [folder.joinpath(*parts[n:]) for n in range(len(parts))]
+        path = next((t for t in tails if t.is_file()), tails[-1] if tails else None)
+        alike = sorted("/".join(p) for p in sources.get(name or "", ()))
         if path is None:
             found.missing[page.page] = (
                 f"no picture: the job recorded no file name for page {page.page} (its image "
@@ -389,7 +405,14 @@ def from_images(folder: Path, pages: Sequence[PageReport]) -> Pictures:
             )
         elif not path.is_file():
             found.missing[page.page] = (
-                f"no picture: {folder} has no {name}, the file the job read as page {page.page}"
+                f"no picture: {folder} has no {'/'.join(parts)}, the file the job read as page "
+                f"{page.page}"
+            )
+        elif path == tails[-1] and len(alike) > 1:  # found by its bare name, which is several's
+            found.missing[page.page] = (
+                f"no picture: the job read {len(alike)} files named {name} ({', '.join(alike)}) "
+                f"and {folder} has them under that name alone; give --images the folder holding "
+                "them in their folders"
             )
         else:
             found.pages[page.page] = Where(path, _number_in(path, page))

@@ -606,3 +606,17 @@ def test_images_of_one_name_in_several_folders_each_get_their_own(tmp_path: Path
         "no picture: the job read 2 files named page.png (scans/monday/page.png, "
         "scans/tuesday/page.png)"
     )
+
+
+def test_a_pdf_pages_picture_is_drawn_at_the_screens_side_however_small_it_was_read(
+    page: Path, job: Job
+) -> None:
+    from vlm_ocr.cli.pictures import SIDE
+
+    html = page.read_text(encoding="utf-8")
+    report = JobResult.model_validate_json((job.folder / "manifest.json").read_text()).pages[0]
+    assert max(report.width or 0, report.height or 0) < SIDE  # the job read it smaller
+    picture, _ = picture_of(html, 1)
+    assert picture is not None
+    with Image.open(io.BytesIO(base64.b64decode(picture))) as shown:
+        assert max(shown.size) == SIDE

@@ -196,7 +196,11 @@ class Pictures:
             except (OSError, ValueError, RuntimeError, IndexError) as exc:
                 return None, f"the page could not be drawn from {where.path.name}: {exc}"
         if size is not None:
-            scale = min(1.0, SIDE / max(size))
+            # a PDF page is drawn afresh, as sharp as the screen's side, however small the job
+            # read it; an image is never drawn larger than it was read
+            scale = SIDE / max(size)
+            if where is None or not _is_pdf(where.path):
+                scale = min(1.0, scale)
             size = (max(1, round(size[0] * scale)), max(1, round(size[1] * scale)))
         image, why = self.image(page, size, blocks, text)
         if image is None:

@@ -52,7 +52,7 @@ def file_kind(path: Path) -> Kind | None:
             return "pdf"
     try:
         with Image.open(path) as img:
-            return "pdf" if img.format == "TIFF" and getattr(img, "n_frames", 1) > 1 else "image"
+            return "pdf" if render.tiff_pages(img) > 1 else "image"
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError):
         return None
 
@@ -112,11 +112,8 @@ def _pdf_pages(path: Path, pages: str | None, max_pages: int) -> int:
 
     with path.open("rb") as fh:
         tiff = render.is_tiff(fh.read(4))
-    if tiff:  # its pages are its frames; the worker makes it a PDF of them
-        with Image.open(path) as img:
-            count = img.n_frames
-    else:
-        count = render.inspect_pdf(str(path)).page_count
+    # a TIFF's pages are its frames (the worker makes it a PDF of them)
+    count = render.tiff_pages_of(path) if tiff else render.inspect_pdf(str(path)).page_count
     return len(select_pages(pages, count, max_pages)[0])
 
 

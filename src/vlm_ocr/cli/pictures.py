@@ -27,7 +27,7 @@ from PIL import Image, ImageOps
 from ..blocks import PageBlocks
 from ..contract import PageReport
 from ..errors import StorageError
-from ..pipeline.render import is_image_file
+from ..pipeline.render import is_image_file, tiff_pages_of
 from ..storage import BucketInputs, ObjectMissing
 from .usage import UsageError, input_file, input_folder
 
@@ -82,7 +82,7 @@ def given(args: argparse.Namespace) -> tuple[Path | None, Path | None, Path | No
             image = args.source
     elif pdf is not None:
         input_file(pdf, "--pdf", PDF_ACCEPTED)
-        if _frames(pdf) > 1:  # a multi-page TIFF, which the worker reads as the PDF of its pages
+        if tiff_pages_of(pdf) > 1:  # a fax, which the worker reads as the PDF of its pages
             return pdf, images, image
         if not _is_pdf(pdf):
             raise UsageError("--pdf", f"{pdf} is not a PDF; accepted: {PDF_ACCEPTED}")
@@ -111,20 +111,11 @@ def _is_pdf(path: Path) -> bool:
         return f.read(1024).lstrip().startswith(b"%PDF-")
 
 
-def _frames(path: Path) -> int:
-    """The pages of a TIFF (1 for any other file, or one Pillow cannot read)."""
-    try:
-        with Image.open(path) as image:
-            return getattr(image, "n_frames", 1) if image.format == "TIFF" else 1
-    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError):
-        return 1
-
-
 def _number_in(path: Path, page: PageReport) -> int:
     """The page's place in its file: its number in a PDF, and in a TIFF of several pages sent
     as the document (the worker reads it as the PDF of its pages); 1 in an image sent as one
     page (of a TIFF sent so, only the first page is read, and `frames` says so)."""
-    if _is_pdf(path) or (page.frames is None and _frames(path) > 1):
+    if _is_pdf(path) or (page.frames is None and tiff_pages_of(path) > 1):
         return page.page
     return 1
 
@@ -136,7 +127,7 @@ def _open_frame(path: Path, number: int) -> Image.Image:
         try:
             opened.seek(number - 1)
         except EOFError:
-            raise IndexError(f"{path.name} has {_pages(_frames(path))}") from None
+            raise IndexError(f"{path.name} has {_pages(tiff_pages_of(path))}") from None
         return ImageOps.exif_transpose(opened).convert("RGB")
 
 
@@ -355,9 +346,9 @@ def recorded_parts(page: PageReport) -> tuple[str, ...]:
 
 def from_pdf(pdf: Path, pages: Sequence[PageReport]) -> Pictures:
     """Each page by its number in the PDF; a page the job read from an image has none here."""
-    tiff = _frames(pdf) > 1  # a fax: its pages are the job's, as the worker read it
+    tiff = tiff_pages_of(pdf) > 1  # a fax: its pages are the job's, as the worker read it
     if tiff:
-        count = _frames(pdf)
+        count = tiff_pages_of(pdf)
     else:
         with pymupdf.open(pdf) as doc:
             count = doc.page_count

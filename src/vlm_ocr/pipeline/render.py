@@ -56,6 +56,21 @@ def is_tiff(head: bytes) -> bool:
     return head[:4] in (b"II*\x00", b"MM\x00*")
 
 
+def tiff_pages(image: Image.Image) -> int:
+    """The pages of an opened TIFF (a fax, a scanner's batch); 1 for any other image, whose
+    frames (an animated WebP's) are no pages."""
+    return getattr(image, "n_frames", 1) if image.format == "TIFF" else 1
+
+
+def tiff_pages_of(path: str | Path) -> int:
+    """As `tiff_pages`, for a file (1 for one Pillow cannot read)."""
+    try:
+        with Image.open(path) as image:
+            return tiff_pages(image)
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError):
+        return 1
+
+
 def open_document(path: str, max_image_pixels: int) -> PdfInfo:
     """A job's document, spilled to a file of its own: a TIFF (a fax, a scanner's batch) is made
     a PDF of its pages there, in place, so that the job reads it as a PDF (pages selected,
@@ -190,8 +205,7 @@ def render_image(path: str, budget: Budget, max_image_pixels: int) -> PageImage:
     """Decode an image file, turn it upright by its EXIF orientation, fit the budget, flatten
     to RGB on white."""
     img = open_image(path, max_image_pixels)
-    # a fax's pages: the first is read, and the job says so (an animated WebP's frames are none)
-    frames = getattr(img, "n_frames", 1) if img.format == "TIFF" else 1
+    frames = tiff_pages(img)  # a fax's pages: the first is read, and the job says so
     _check_aspect(img.width, img.height)
     scale = budget.scale_for(img.width, img.height)
     try:

@@ -136,6 +136,9 @@ def test_a_document_is_held_to_a_jobs_limits(tmp_path: Path) -> None:
         local_identity(Listed(str(odd), path=odd), limits)
     with pytest.raises(Refused, match="not a PDF"):
         inspect_file(touch(tmp_path / "x.pdf", b"hello"), "pdf", limits)
+    pdf = samples.pdf_from_pages(samples.numbered_pages(3, lines=1))
+    miscounted = touch(tmp_path / "miscounted.pdf", pdf.replace(b"/Count 3", b"/Count 1"))
+    assert inspect_file(miscounted, "pdf", limits) == 3  # the pages the worker will read
 
 
 def test_the_summary_prices_the_workers_time_and_says_whether_all_is_ok() -> None:

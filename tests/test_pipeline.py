@@ -12,6 +12,7 @@ from PIL import Image
 
 from vlm_ocr import samples
 from vlm_ocr.images import LOW_DPI
+from vlm_ocr.pipeline import render
 from vlm_ocr.pipeline.textsim import similarity
 from vlm_ocr.settings import Settings
 
@@ -301,15 +302,36 @@ def test_an_animated_image_is_no_multi_page_tiff(run) -> None:
     assert result.status == "ok" and result.pages[0].frames is None and not result.notes
 
 
-def test_a_page_tree_that_counts_more_pages_than_it_holds_is_said_so(run) -> None:
-    pdf = samples.pdf_from_pages(samples.numbered_pages(2, lines=1))
-    pdf = pdf.replace(b"/Count 2", b"/Count 3")  # MuPDF takes the tree's count as it is
-    result = run({"pdf": {"base64": b64(pdf)}})
-    assert [p.status for p in result.pages] == ["ok", "ok", "failed"]
-    assert result.pages[2].error == (
-        "page 3 could not be rendered: the PDF's page tree counts more pages than it holds "
-        "(a damaged file)"
-    )
+def _miscounted(pages: int, count: int) -> bytes:
+    pdf = samples.pdf_from_pages(samples.numbered_pages(pages, lines=1))
+    return pdf.replace(f"/Count {pages}".encode(), f"/Count {count}".encode())
+
+
+def test_a_page_tree_that_counts_fewer_pages_than_it_holds_loses_none(run) -> None:
+    pdf = _miscounted(4, 2)  # MuPDF takes the tree's count as it is: pages 3 and 4 hidden
+    assert pymupdf.open("pdf", pdf).page_count == 2
+    result = run({"pdf": {"base64": b64(pdf)}, "return_text": True})
+    assert [p.status for p in result.pages] == ["ok"] * 4
+    assert [f"Page {n} of 4" in (p.text or "") for n, p in enumerate(result.pages, 1)] == [True] * 4
+    assert result.notes == [
+        "the PDF's page tree says it has 2 pages but holds 4 (a damaged file); the job reads "
+        "the 4 it holds"
+    ]
+
+
+def test_a_page_tree_that_counts_more_pages_than_it_holds_makes_no_pages_of_nothing(run) -> None:
+    result = run({"pdf": {"base64": b64(_miscounted(2, 3))}, "pages": "2-3"})
+    assert [(p.page, p.status) for p in result.pages] == [(2, "ok")]
+    assert result.errors == [
+        "input.pages: page 3 selected beyond the end; the document has 2 pages"
+    ]
+
+
+def test_a_page_tree_that_cannot_be_walked_is_taken_at_its_count() -> None:
+    doc = pymupdf.open("pdf", _miscounted(2, 2))
+    root = int(doc.xref_get_key(doc.pdf_catalog(), "Pages")[1].split()[0])
+    doc.xref_set_key(root, "Kids", f"[{doc[0].xref} 0 R {doc[0].xref} 0 R]")  # one page twice
+    assert render.page_tree_count(doc) is None
 
 
 def test_urls_asked_of_a_local_folder_are_said_to_be_none(run) -> None:

@@ -132,6 +132,8 @@ def pdf_pages(path: Path) -> int:
     """The PDF's page count, or Refused in the words the worker would use."""
     import pymupdf
 
+    from ..pipeline.render import page_tree_count
+
     with path.open("rb") as fh:
         head = fh.read(1024)
     if not head.lstrip()[:5].startswith(b"%PDF"):
@@ -143,9 +145,11 @@ def pdf_pages(path: Path) -> int:
     with doc:
         if doc.needs_pass:
             raise Refused(ENCRYPTED_PDF)
-        if doc.page_count == 0:
+        held = page_tree_count(doc)  # as the worker counts a damaged tree's pages
+        pages = doc.page_count if held is None else held
+        if pages == 0:
             raise Refused(EMPTY_PDF)
-        return doc.page_count
+        return pages
 
 
 def check_image(path: Path, limits: Limits) -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import io
 import math
+import os
+import re
 import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -30,8 +32,9 @@ _OPEN_DOCS = 4  # PDFs kept open per process (pages of one job tend to come toge
 
 @dataclass(frozen=True)
 class PdfInfo:
-    page_count: int
+    page_count: int  # the pages its page tree holds
     repaired: bool
+    counted: int | None = None  # what a damaged tree's /Count said, where it is not that
 
 
 _docs: OrderedDict[str, pymupdf.Document] = OrderedDict()
@@ -75,11 +78,16 @@ def open_document(path: str, max_image_pixels: int) -> PdfInfo:
     """A job's document, spilled to a file of its own: a TIFF (a fax, a scanner's batch) is made
     a PDF of its pages there, in place, so that the job reads it as a PDF (pages selected,
     drawn to the budget and laid out alike), each page within MAX_IMAGE_PIXELS as an image is;
-    then as `inspect_pdf`."""
+    then as `inspect_pdf`, and a page tree whose /Count is not the pages it holds is given the
+    right counts in that copy, for MuPDF finds a page by them (too low a count hides the last
+    pages; too high makes pages of nothing)."""
     with open(path, "rb") as fh:
         if is_tiff(fh.read(4)):
             _tiff_as_pdf(path, max_image_pixels)
-    return inspect_pdf(path)
+    info = inspect_pdf(path)
+    if info.counted is not None:
+        _recount(path)
+    return info
 
 
 def inspect_pdf(path: str) -> PdfInfo:
@@ -90,14 +98,64 @@ def inspect_pdf(path: str) -> PdfInfo:
         raise PageError("open", NOT_A_PDF)
     try:
         doc = _open(path)
-        pages = doc.page_count  # MuPDF reads the page tree here, and may fail on it
+        counted = doc.page_count  # MuPDF reads the page tree here, and may fail on it
     except Exception:  # MuPDF says only that it failed to open the file
         raise PageError("open", UNREADABLE_PDF) from None
     if doc.needs_pass:
         raise PageError("open", ENCRYPTED_PDF)
+    held = page_tree_count(doc)
+    pages = counted if held is None else held
     if pages == 0:
         raise PageError("open", EMPTY_PDF)
-    return PdfInfo(pages, bool(doc.is_repaired))
+    return PdfInfo(pages, bool(doc.is_repaired), None if pages == counted else counted)
+
+
+_REF = re.compile(rb"(\d+)\s+\d+\s+R")
+
+
+def page_tree_count(doc: pymupdf.Document) -> int | None:
+    """The pages a PDF's page tree holds, by walking its /Kids rather than trusting its /Count;
+    None where the walk cannot be trusted either (a node met twice, a tree with no root)."""
+    counts = _tree_counts(doc)
+    return None if counts is None else counts[0][1]
+
+
+def _tree_counts(doc: pymupdf.Document) -> list[tuple[int, int]] | None:
+    """Each /Pages node of the tree, root first, with the pages below it (each node read once,
+    so a tree of any shape is walked in time of its size)."""
+    kind, value = doc.xref_get_key(doc.pdf_catalog(), "Pages")
+    if kind != "xref":
+        return None
+    root = int(value.split()[0])
+    seen, order, stack = {root}, [], [root]
+    kids: dict[int, list[int]] = {}
+    while stack:
+        node = stack.pop()
+        kind, value = doc.xref_get_key(node, "Kids")
+        if kind == "xref":  # an array kept as an object of its own
+            value = doc.xref_object(int(value.split()[0]))
+        elif kind != "array":
+            continue  # a leaf: a page
+        kids[node] = [int(m) for m in _REF.findall(value.encode())]
+        order.append(node)
+        for kid in kids[node]:
+            if kid in seen or not 0 < kid < doc.xref_length():
+                return None
+            seen.add(kid)
+            stack.append(kid)
+    held: dict[int, int] = {}
+    for node in reversed(order):  # children before their parents
+        held[node] = sum(held.get(kid, 1) for kid in kids[node])
+    return [(node, held[node]) for node in order]
+
+
+def _recount(path: str) -> None:
+    doc = _docs.pop(path, None) or pymupdf.open(path, filetype="pdf")
+    with doc:
+        for node, held in _tree_counts(doc) or []:
+            doc.xref_set_key(node, "Count", str(held))
+        doc.save(path + ".recounted")
+    os.replace(path + ".recounted", path)
 
 
 def _tiff_as_pdf(path: str, max_image_pixels: int) -> None:

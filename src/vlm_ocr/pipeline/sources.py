@@ -330,6 +330,11 @@ async def _load_pdf(
             f"input.pages: page {beyond} selected beyond the end; the document has "
             f"{info.page_count} pages"
         )
+    if info.counted is not None:
+        doc.notes.append(
+            f"the PDF's page tree says it has {info.counted} pages but holds "
+            f"{info.page_count} (a damaged file); the job reads the {info.page_count} it holds"
+        )
     if info.repaired:
         doc.notes.append(
             "the PDF is damaged (MuPDF repaired it while opening it; it may be truncated): "

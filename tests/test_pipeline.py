@@ -307,16 +307,22 @@ def _miscounted(pages: int, count: int) -> bytes:
     return pdf.replace(f"/Count {pages}".encode(), f"/Count {count}".encode())
 
 
-def test_a_page_tree_that_counts_fewer_pages_than_it_holds_loses_none(run) -> None:
+def test_a_page_tree_that_counts_fewer_pages_than_it_holds_loses_none(run, settings) -> None:
     pdf = _miscounted(4, 2)  # MuPDF takes the tree's count as it is: pages 3 and 4 hidden
     assert pymupdf.open("pdf", pdf).page_count == 2
-    result = run({"pdf": {"base64": b64(pdf)}, "return_text": True})
+    job = {"pdf": {"base64": b64(pdf)}, "return_text": True, "searchable_pdf": True}
+    result = run(job | {"output_prefix": "miscounted"})
     assert [p.status for p in result.pages] == ["ok"] * 4
+    made = (settings.job.output_dir / "miscounted/searchable.pdf").read_bytes()
+    with pymupdf.open(stream=made) as searchable:
+        assert [len(page.search_for(f"Page {n} of 4")) for n, page in enumerate(searchable, 1)] == [
+            1
+        ] * 4
     assert [f"Page {n} of 4" in (p.text or "") for n, p in enumerate(result.pages, 1)] == [True] * 4
-    assert result.notes == [
+    assert result.notes[0] == (
         "the PDF's page tree says it has 2 pages but holds 4 (a damaged file); the job reads "
         "the 4 it holds"
-    ]
+    )
 
 
 def test_a_page_tree_that_counts_more_pages_than_it_holds_makes_no_pages_of_nothing(run) -> None:
@@ -331,7 +337,7 @@ def test_a_page_tree_that_cannot_be_walked_is_taken_at_its_count() -> None:
     doc = pymupdf.open("pdf", _miscounted(2, 2))
     root = int(doc.xref_get_key(doc.pdf_catalog(), "Pages")[1].split()[0])
     doc.xref_set_key(root, "Kids", f"[{doc[0].xref} 0 R {doc[0].xref} 0 R]")  # one page twice
-    assert render.page_tree_count(doc) is None
+    assert render.recount(doc) is None and doc.page_count == 2
 
 
 def test_urls_asked_of_a_local_folder_are_said_to_be_none(run) -> None:

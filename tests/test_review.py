@@ -620,3 +620,21 @@ def test_a_pdf_pages_picture_is_drawn_at_the_screens_side_however_small_it_was_r
     assert picture is not None
     with Image.open(io.BytesIO(base64.b64decode(picture))) as shown:
         assert max(shown.size) == SIDE
+
+
+def test_a_pdf_whose_page_tree_miscounts_is_drawn_page_by_page_as_the_job_read_it(
+    tmp_path: Path,
+) -> None:
+    from vlm_ocr.cli.pictures import from_pdf
+
+    pdf = samples.pdf_from_pages(samples.numbered_pages(3, lines=1))
+    path = tmp_path / "miscounted.pdf"
+    path.write_bytes(pdf.replace(b"/Count 3", b"/Count 1"))  # pages 2 and 3 hidden from MuPDF
+    pages = [
+        PageReport(page=n, source="miscounted.pdf", status="ok", width=595, height=842)
+        for n in (1, 2, 3)
+    ]
+    pictures = from_pdf(path, pages)
+    assert not pictures.missing and sorted(pictures.pages) == [1, 2, 3]
+    picture, doubt = pictures.jpeg(pages[2], (595, 842), text="Page 3 of 3. Reference number")
+    assert picture is not None and doubt == ""

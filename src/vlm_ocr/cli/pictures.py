@@ -27,7 +27,7 @@ from PIL import Image, ImageOps
 from ..blocks import PageBlocks
 from ..contract import PageReport
 from ..errors import StorageError
-from ..pipeline.render import is_image_file, tiff_pages_of
+from ..pipeline.render import is_image_file, open_pdf, tiff_pages_of
 from ..storage import BucketInputs, ObjectMissing
 from .usage import UsageError, input_file, input_folder
 
@@ -96,7 +96,7 @@ def _check_opens(pdf: Path, argument: str) -> None:
     """A PDF MuPDF cannot open (cut short, damaged) is said as `vlm-ocr run` says it, before
     anything is read; an encrypted one opens, and its pages are said to have no picture."""
     try:
-        with pymupdf.open(pdf, filetype="pdf"):
+        with open_pdf(pdf):
             pass
     except Exception:  # MuPDF says only that it failed to open the file
         raise UsageError(
@@ -207,7 +207,7 @@ def source_page(
     """Page `number` of a PDF (an image file is its one page) as the worker read it: turned
     `rotated` degrees clockwise, at `size` (the read image's, or one of its shape)."""
     if _is_pdf(source):
-        with pymupdf.open(source, filetype="pdf") as pdf:
+        with open_pdf(source) as pdf:
             page = pdf[number - 1]
             sideways = (rotated or 0) % 180
             width = size[1] if sideways else size[0]
@@ -230,7 +230,7 @@ def _natural_size(where: Where) -> tuple[float, float]:
     """A PDF page's size in points, an image's in pixels (upright by its EXIF orientation, as
     the worker reads it)."""
     if _is_pdf(where.path):
-        with pymupdf.open(where.path, filetype="pdf") as pdf:
+        with open_pdf(where.path) as pdf:
             rect = pdf[where.number - 1].rect
             return rect.width, rect.height
     return _open_frame(where.path, where.number).size
@@ -289,7 +289,7 @@ def words_elsewhere(where: Where, text: str | None) -> str:
     read = _words(text)
     if len(read) < MIN_WORDS:
         return ""
-    with pymupdf.open(where.path, filetype="pdf") as pdf:
+    with open_pdf(where.path) as pdf:
         own = _words(pdf[where.number - 1].get_text("text"))
     if len(own) < MIN_WORDS:
         return ""
@@ -350,7 +350,7 @@ def from_pdf(pdf: Path, pages: Sequence[PageReport]) -> Pictures:
     if tiff:
         count = tiff_pages_of(pdf)
     else:
-        with pymupdf.open(pdf) as doc:
+        with open_pdf(pdf) as doc:
             count = doc.page_count
     found = Pictures(notes=[f"page pictures from {pdf.name}"])
     others = set()

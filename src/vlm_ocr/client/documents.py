@@ -130,26 +130,22 @@ def local_identity(listed: Listed, limits: Limits) -> str:
 
 def pdf_pages(path: Path) -> int:
     """The PDF's page count, or Refused in the words the worker would use."""
-    import pymupdf
-
-    from ..pipeline.render import page_tree_count
+    from ..pipeline.render import open_pdf
 
     with path.open("rb") as fh:
         head = fh.read(1024)
     if not head.lstrip()[:5].startswith(b"%PDF"):
         raise Refused(NOT_A_PDF)
     try:
-        doc = pymupdf.open(path, filetype="pdf")
+        doc = open_pdf(path)  # as the worker counts a damaged page tree's pages
     except Exception:
         raise Refused(UNREADABLE_PDF) from None
     with doc:
         if doc.needs_pass:
             raise Refused(ENCRYPTED_PDF)
-        held = page_tree_count(doc)  # as the worker counts a damaged tree's pages
-        pages = doc.page_count if held is None else held
-        if pages == 0:
+        if doc.page_count == 0:
             raise Refused(EMPTY_PDF)
-        return pages
+        return doc.page_count
 
 
 def check_image(path: Path, limits: Limits) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 import math
-import os
 import re
 import warnings
 from collections import OrderedDict
@@ -37,17 +36,40 @@ class PdfInfo:
     counted: int | None = None  # what a damaged tree's /Count said, where it is not that
 
 
-_docs: OrderedDict[str, pymupdf.Document] = OrderedDict()
+_docs: OrderedDict[str, tuple[pymupdf.Document, int | None]] = OrderedDict()
 
 
-def _open(path: str) -> pymupdf.Document:
-    doc = _docs.pop(path, None)
-    if doc is None:
+def _open(path: str) -> tuple[pymupdf.Document, int | None]:
+    opened = _docs.pop(path, None)
+    if opened is None:
         doc = pymupdf.open(path, filetype="pdf")
+        opened = doc, recount(doc)
         while len(_docs) >= _OPEN_DOCS:
-            _docs.popitem(last=False)[1].close()
-    _docs[path] = doc
+            _docs.popitem(last=False)[1][0].close()
+    _docs[path] = opened
+    return opened
+
+
+def open_pdf(path: str | Path) -> pymupdf.Document:
+    """A PDF opened as the worker reads it: `recount`ed."""
+    doc = pymupdf.open(path, filetype="pdf")
+    recount(doc)
     return doc
+
+
+def recount(doc: pymupdf.Document) -> int | None:
+    """Set the page tree's counts to the pages it holds (in memory), and say what its /Count
+    said where that was not so: MuPDF finds a page by the counts, so too low a count hides the
+    last pages and too high makes pages of nothing."""
+    if doc.needs_pass:
+        return None
+    said = doc.page_count
+    counts = _tree_counts(doc)
+    if counts is None or counts[0][1] == said:
+        return None
+    for node, held in counts:
+        doc.xref_set_key(node, "Count", str(held))
+    return said
 
 
 def is_pdf(head: bytes) -> bool:
@@ -78,16 +100,11 @@ def open_document(path: str, max_image_pixels: int) -> PdfInfo:
     """A job's document, spilled to a file of its own: a TIFF (a fax, a scanner's batch) is made
     a PDF of its pages there, in place, so that the job reads it as a PDF (pages selected,
     drawn to the budget and laid out alike), each page within MAX_IMAGE_PIXELS as an image is;
-    then as `inspect_pdf`, and a page tree whose /Count is not the pages it holds is given the
-    right counts in that copy, for MuPDF finds a page by them (too low a count hides the last
-    pages; too high makes pages of nothing)."""
+    then as `inspect_pdf`."""
     with open(path, "rb") as fh:
         if is_tiff(fh.read(4)):
             _tiff_as_pdf(path, max_image_pixels)
-    info = inspect_pdf(path)
-    if info.counted is not None:
-        _recount(path)
-    return info
+    return inspect_pdf(path)
 
 
 def inspect_pdf(path: str) -> PdfInfo:
@@ -97,65 +114,51 @@ def inspect_pdf(path: str) -> PdfInfo:
     if not is_pdf(head):
         raise PageError("open", NOT_A_PDF)
     try:
-        doc = _open(path)
-        counted = doc.page_count  # MuPDF reads the page tree here, and may fail on it
+        doc, counted = _open(path)
+        pages = doc.page_count  # MuPDF reads the page tree here, and may fail on it
     except Exception:  # MuPDF says only that it failed to open the file
         raise PageError("open", UNREADABLE_PDF) from None
     if doc.needs_pass:
         raise PageError("open", ENCRYPTED_PDF)
-    held = page_tree_count(doc)
-    pages = counted if held is None else held
     if pages == 0:
         raise PageError("open", EMPTY_PDF)
-    return PdfInfo(pages, bool(doc.is_repaired), None if pages == counted else counted)
+    return PdfInfo(pages, bool(doc.is_repaired), counted)
 
 
 _REF = re.compile(rb"(\d+)\s+\d+\s+R")
 
 
-def page_tree_count(doc: pymupdf.Document) -> int | None:
-    """The pages a PDF's page tree holds, by walking its /Kids rather than trusting its /Count;
-    None where the walk cannot be trusted either (a node met twice, a tree with no root)."""
-    counts = _tree_counts(doc)
-    return None if counts is None else counts[0][1]
-
-
 def _tree_counts(doc: pymupdf.Document) -> list[tuple[int, int]] | None:
-    """Each /Pages node of the tree, root first, with the pages below it (each node read once,
-    so a tree of any shape is walked in time of its size)."""
-    kind, value = doc.xref_get_key(doc.pdf_catalog(), "Pages")
-    if kind != "xref":
+    """Each /Pages node of the page tree, root first, with the pages below it by its /Kids (each
+    node read once, so a tree of any shape is walked in time of its size); None where the walk
+    cannot be trusted either (a node met twice, no root)."""
+    try:
+        kind, value = doc.xref_get_key(doc.pdf_catalog(), "Pages")
+        if kind != "xref":
+            return None
+        root = int(value.split()[0])
+        seen, order, stack = {root}, [], [root]
+        kids: dict[int, list[int]] = {}
+        while stack:
+            node = stack.pop()
+            kind, value = doc.xref_get_key(node, "Kids")
+            if kind == "xref":  # an array kept as an object of its own
+                value = doc.xref_object(int(value.split()[0]))
+            elif kind != "array":
+                continue  # a leaf: a page
+            kids[node] = [int(m) for m in _REF.findall(value.encode())]
+            order.append(node)
+            for kid in kids[node]:
+                if kid in seen or not 0 < kid < doc.xref_length():
+                    return None
+                seen.add(kid)
+                stack.append(kid)
+    except (RuntimeError, ValueError):  # MuPDF's errors are RuntimeErrors; a broken reference
         return None
-    root = int(value.split()[0])
-    seen, order, stack = {root}, [], [root]
-    kids: dict[int, list[int]] = {}
-    while stack:
-        node = stack.pop()
-        kind, value = doc.xref_get_key(node, "Kids")
-        if kind == "xref":  # an array kept as an object of its own
-            value = doc.xref_object(int(value.split()[0]))
-        elif kind != "array":
-            continue  # a leaf: a page
-        kids[node] = [int(m) for m in _REF.findall(value.encode())]
-        order.append(node)
-        for kid in kids[node]:
-            if kid in seen or not 0 < kid < doc.xref_length():
-                return None
-            seen.add(kid)
-            stack.append(kid)
     held: dict[int, int] = {}
     for node in reversed(order):  # children before their parents
         held[node] = sum(held.get(kid, 1) for kid in kids[node])
     return [(node, held[node]) for node in order]
-
-
-def _recount(path: str) -> None:
-    doc = _docs.pop(path, None) or pymupdf.open(path, filetype="pdf")
-    with doc:
-        for node, held in _tree_counts(doc) or []:
-            doc.xref_set_key(node, "Count", str(held))
-        doc.save(path + ".recounted")
-    os.replace(path + ".recounted", path)
 
 
 def _tiff_as_pdf(path: str, max_image_pixels: int) -> None:
@@ -183,7 +186,7 @@ MAX_TEXT_LAYER_CHARS = 200_000  # a page's own text kept for a fallback; more is
 
 def render_pdf_page(path: str, number: int, budget: Budget) -> PageImage:
     try:
-        doc = _open(path)
+        doc = _open(path)[0]
         page = doc[number - 1]
         _check_aspect(page.rect.width, page.rect.height)
         page_image = draw_page(page, budget)

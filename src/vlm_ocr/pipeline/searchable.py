@@ -27,6 +27,7 @@ from ..contract import PageReport
 from ..errors import PageError
 from ..storage import Store
 from .cpu_pool import CpuPool, TaskFailed, TaskTimeout
+from .render import open_pdf
 
 PART_PAGES = 32  # pages made in one task of a render process
 IMAGE_DPI = 150  # an image page's size: its pixels at this resolution
@@ -80,7 +81,7 @@ def make_part(source_pdf: str | None, overlays: list[Overlay], out: str) -> tupl
     """Pages of the searchable PDF, saved to `out`; (pages overlaid, pages whose text kept)."""
     font = pymupdf.Font("cjk")
     doc = pymupdf.open()
-    src = pymupdf.open(source_pdf) if source_pdf else None
+    src = open_pdf(source_pdf) if source_pdf else None  # its pages as the job counted them
     overlaid = kept = 0
     try:
         for overlay in overlays:

@@ -12,7 +12,7 @@ from PIL import Image
 
 from vlm_ocr import samples
 from vlm_ocr.images import LOW_DPI
-from vlm_ocr.pipeline import render
+from vlm_ocr.pdf_file import recount
 from vlm_ocr.pipeline.textsim import similarity
 from vlm_ocr.settings import Settings
 
@@ -337,7 +337,7 @@ def test_a_page_tree_that_cannot_be_walked_is_taken_at_its_count() -> None:
     doc = pymupdf.open("pdf", _miscounted(2, 2))
     root = int(doc.xref_get_key(doc.pdf_catalog(), "Pages")[1].split()[0])
     doc.xref_set_key(root, "Kids", f"[{doc[0].xref} 0 R {doc[0].xref} 0 R]")  # one page twice
-    assert render.recount(doc) is None and doc.page_count == 2
+    assert recount(doc) is None and doc.page_count == 2
 
 
 def test_urls_asked_of_a_local_folder_are_said_to_be_none(run) -> None:

@@ -27,7 +27,8 @@ from PIL import Image, ImageOps
 from ..blocks import PageBlocks
 from ..contract import PageReport
 from ..errors import StorageError
-from ..pipeline.render import is_image_file, open_pdf, tiff_pages_of
+from ..pdf_file import open_pdf
+from ..pipeline.render import is_image_file, tiff_pages_of
 from ..storage import BucketInputs, ObjectMissing
 from .usage import UsageError, input_file, input_folder
 

@@ -21,6 +21,7 @@ from typing import Any, Literal
 from ..contract import key_name
 from ..errors import EMPTY_PDF, ENCRYPTED_PDF, NOT_A_PDF, UNREADABLE_PDF
 from ..images import ACCEPTED_IMAGE_FORMATS, IMAGE_SUFFIXES
+from ..pdf_file import is_pdf, open_pdf
 from ..settings import Settings
 from ..storage import Bucket, BucketInputs, ObjectTooLarge
 
@@ -130,11 +131,9 @@ def local_identity(listed: Listed, limits: Limits) -> str:
 
 def pdf_pages(path: Path) -> int:
     """The PDF's page count, or Refused in the words the worker would use."""
-    from ..pipeline.render import open_pdf
-
     with path.open("rb") as fh:
         head = fh.read(1024)
-    if not head.lstrip()[:5].startswith(b"%PDF"):
+    if not is_pdf(head):
         raise Refused(NOT_A_PDF)
     try:
         doc = open_pdf(path)  # as the worker counts a damaged page tree's pages

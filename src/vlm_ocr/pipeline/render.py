@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 import math
-import re
 import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 
 from ..errors import EMPTY_PDF, ENCRYPTED_PDF, NOT_A_PDF, UNREADABLE_PDF, PageError
 from ..images import ACCEPTED_IMAGE_FORMATS, IMAGE_SUFFIXES, Budget, PageImage
+from ..pdf_file import is_pdf, recount
 
 # Our own limit (MAX_IMAGE_PIXELS) is checked before decoding; Pillow's warning would duplicate it.
 Image.MAX_IMAGE_PIXELS = None
@@ -48,33 +48,6 @@ def _open(path: str) -> tuple[pymupdf.Document, int | None]:
             _docs.popitem(last=False)[1][0].close()
     _docs[path] = opened
     return opened
-
-
-def open_pdf(path: str | Path) -> pymupdf.Document:
-    """A PDF opened as the worker reads it: `recount`ed."""
-    doc = pymupdf.open(path, filetype="pdf")
-    recount(doc)
-    return doc
-
-
-def recount(doc: pymupdf.Document) -> int | None:
-    """Set the page tree's counts to the pages it holds (in memory), and say what its /Count
-    said where that was not so: MuPDF finds a page by the counts, so too low a count hides the
-    last pages and too high makes pages of nothing."""
-    if doc.needs_pass:
-        return None
-    said = doc.page_count
-    counts = _tree_counts(doc)
-    if counts is None or counts[0][1] == said:
-        return None
-    for node, held in counts:
-        doc.xref_set_key(node, "Count", str(held))
-    return said
-
-
-def is_pdf(head: bytes) -> bool:
-    """Whether a file's first kilobyte is a PDF's (its header, after any whitespace)."""
-    return head.lstrip()[:5].startswith(b"%PDF")
 
 
 def is_tiff(head: bytes) -> bool:
@@ -123,42 +96,6 @@ def inspect_pdf(path: str) -> PdfInfo:
     if pages == 0:
         raise PageError("open", EMPTY_PDF)
     return PdfInfo(pages, bool(doc.is_repaired), counted)
-
-
-_REF = re.compile(rb"(\d+)\s+\d+\s+R")
-
-
-def _tree_counts(doc: pymupdf.Document) -> list[tuple[int, int]] | None:
-    """Each /Pages node of the page tree, root first, with the pages below it by its /Kids (each
-    node read once, so a tree of any shape is walked in time of its size); None where the walk
-    cannot be trusted either (a node met twice, no root)."""
-    try:
-        kind, value = doc.xref_get_key(doc.pdf_catalog(), "Pages")
-        if kind != "xref":
-            return None
-        root = int(value.split()[0])
-        seen, order, stack = {root}, [], [root]
-        kids: dict[int, list[int]] = {}
-        while stack:
-            node = stack.pop()
-            kind, value = doc.xref_get_key(node, "Kids")
-            if kind == "xref":  # an array kept as an object of its own
-                value = doc.xref_object(int(value.split()[0]))
-            elif kind != "array":
-                continue  # a leaf: a page
-            kids[node] = [int(m) for m in _REF.findall(value.encode())]
-            order.append(node)
-            for kid in kids[node]:
-                if kid in seen or not 0 < kid < doc.xref_length():
-                    return None
-                seen.add(kid)
-                stack.append(kid)
-    except (RuntimeError, ValueError):  # MuPDF's errors are RuntimeErrors; a broken reference
-        return None
-    held: dict[int, int] = {}
-    for node in reversed(order):  # children before their parents
-        held[node] = sum(held.get(kid, 1) for kid in kids[node])
-    return [(node, held[node]) for node in order]
 
 
 def _tiff_as_pdf(path: str, max_image_pixels: int) -> None:

@@ -25,9 +25,9 @@ from PIL import Image
 from ..blocks import Box, PageBlocks, unturn
 from ..contract import PageReport
 from ..errors import PageError
+from ..pdf_file import open_pdf
 from ..storage import Store
 from .cpu_pool import CpuPool, TaskFailed, TaskTimeout
-from .render import open_pdf
 
 PART_PAGES = 32  # pages made in one task of a render process
 IMAGE_DPI = 150  # an image page's size: its pixels at this resolution

@@ -439,14 +439,16 @@ def _alive(pid: int) -> bool:
 def test_a_failed_start_says_why_and_leaves_no_process(loop, tiny_model: Path, split) -> None:
     # The tiny model's context is 4,096 tokens: vLLM refuses 8,192 while reading its config,
     # and the error carries vLLM's own line; no process of the start is left over.
-    from vlm_ocr.engines.gpu import GpuFacts
+    from vlm_ocr.engines.gpu import GpuFacts, host_cores
     from vlm_ocr.engines.model_files import ModelFiles
     from vlm_ocr.engines.vllm.argv import ServeSpec
     from vlm_ocr.engines.vllm.server import VllmServer
     from vlm_ocr.errors import EngineError
 
     settings = settings_from(engine_env(tiny_model), max_model_len=8192, vllm_split_start=split)
-    server = VllmServer(ServeSpec.resolve(settings, GpuFacts()), ModelFiles(settings.model))
+    server = VllmServer(
+        ServeSpec.resolve(settings, GpuFacts(), cpus=host_cores()), ModelFiles(settings.model)
+    )
     with pytest.raises(EngineError) as failed:
         loop.run(server.start())
     message = str(failed.value)
@@ -582,7 +584,7 @@ def test_two_workers_starting_at_once_on_one_volume_and_a_third_after_them(
     # private one; both get the image's model-class inspection (made here as the image's build
     # makes it) and never run their own. A third start reuses the published folder and loads
     # what it can of it; whatever it had to do again is in its facts, and it starts all the same.
-    from vlm_ocr.engines.gpu import GpuFacts
+    from vlm_ocr.engines.gpu import GpuFacts, host_cores
     from vlm_ocr.engines.model_files import ModelFiles
     from vlm_ocr.engines.vllm.argv import ServeSpec
     from vlm_ocr.engines.vllm.caches import COMPLETE
@@ -608,7 +610,7 @@ def test_two_workers_starting_at_once_on_one_volume_and_a_third_after_them(
     )
 
     def server() -> VllmServer:
-        spec = ServeSpec.resolve(settings, GpuFacts())
+        spec = ServeSpec.resolve(settings, GpuFacts(), cpus=host_cores())
         return VllmServer(spec, ModelFiles(settings.model, volume=volume))
 
     async def start_and_publish(servers: list[VllmServer]) -> list[dict[str, Any]]:

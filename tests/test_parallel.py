@@ -47,18 +47,18 @@ L40S_X4 = GpuFacts.parse("NVIDIA L40S, 46068 MiB, 8.9\n" * 4)
     ],
 )
 def test_replicas_follow_the_gpus(gpu: GpuFacts, values: dict, replicas: int, seqs: int) -> None:
-    spec = ServeSpec.resolve(Settings(**values), gpu)
+    spec = ServeSpec.resolve(Settings(**values), gpu, cpus=16)
     assert (spec.data_parallel_size, spec.max_num_seqs) == (replicas, seqs)
     assert spec.concurrency == replicas * seqs
 
 
 def test_a_layout_the_gpus_cannot_hold_is_refused_naming_both_settings() -> None:
     with pytest.raises(ConfigError, match=r"DATA_PARALLEL_SIZE 2 × TENSOR_PARALLEL_SIZE 2 needs 4"):
-        ServeSpec.resolve(Settings(data_parallel_size=2, tensor_parallel_size=2), h200s(2))
+        ServeSpec.resolve(Settings(data_parallel_size=2, tensor_parallel_size=2), h200s(2), cpus=16)
     # tensor parallel alone on a worker of one GPU (a preset for two, the endpoint left at one):
     # the fix is the endpoint's GPUs per worker, not a setting the user never set
     with pytest.raises(ConfigError) as info:
-        ServeSpec.resolve(Settings(tensor_parallel_size=2), h200s(1))
+        ServeSpec.resolve(Settings(tensor_parallel_size=2), h200s(1), cpus=16)
     assert str(info.value).endswith(
         "needs 2 GPUs and this worker has 1; give each worker 2 GPUs (the endpoint's GPUs per "
         "worker), or lower TENSOR_PARALLEL_SIZE"

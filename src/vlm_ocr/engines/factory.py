@@ -10,7 +10,7 @@ from typing import Any
 from ..settings import EngineKind, Settings
 from .base import Engine, EngineOptions
 from .families import Detected, detect
-from .gpu import GpuFacts
+from .gpu import GpuFacts, host_cores
 from .model_files import ModelFiles
 
 log = logging.getLogger(__name__)
@@ -87,7 +87,7 @@ def make_engine(
         facts["gdn_layers"] = gdn
     server: ServerHandle
     if kind is EngineKind.VLLM:
-        spec = ServeSpec.resolve(settings, gpu, family)
+        spec = ServeSpec.resolve(settings, gpu, family, cpus=host_cores())
         server = VllmServer(spec, files, family=family)
         seqs, replicas, concurrency = spec.max_num_seqs, spec.data_parallel_size, spec.concurrency
         if replicas > 1:

@@ -1,4 +1,4 @@
-"""The GPUs this worker has, read once from `nvidia-smi` at start.
+"""The GPUs this worker has, read once from `nvidia-smi` at start, and the CPUs it may run on.
 
 One query gives each GPU's name, memory and compute capability; what the engine is sized and
 configured by (`MAX_NUM_SEQS`, the KV-cache dtype) and what the engine facts report comes from
@@ -7,11 +7,20 @@ that one reading. No `nvidia-smi` (a laptop, vLLM's CPU build) reads as no GPU.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from dataclasses import dataclass
 
 QUERY = "name,memory.total,compute_cap"
+
+
+def host_cores() -> int:
+    """The CPUs this process may run on (a container's cpuset, not the host's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,11 @@ import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from ..engines.gpu import host_cores
 from ..engines.rapidocr import SecondReading, read_png
 from ..errors import PageError
 from ..images import PageImage
-from .cpu_pool import CpuPool, TaskFailed, TaskTimeout, host_cores
+from .cpu_pool import CpuPool, TaskFailed, TaskTimeout
 from .orientation import upright
 
 log = logging.getLogger(__name__)

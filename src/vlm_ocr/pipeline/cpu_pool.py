@@ -24,17 +24,11 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ..engines.gpu import host_cores
 from ..errors import PageError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-def host_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 class TaskTimeout(Exception):

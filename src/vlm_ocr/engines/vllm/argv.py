@@ -1,8 +1,8 @@
 """The command lines vLLM is started with: a pure function of the settings and the GPU.
 
 Nothing here runs a process or reads the machine: `ServeSpec.resolve` takes the settings and the
-GPU facts read once at start, and `launch_argvs` turns a spec and its ports into the command line
-of each process vLLM runs as. The tests check them as tables.
+GPU and CPU facts read once at start, and `launch_argvs` turns a spec and its ports into the
+command line of each process vLLM runs as. The tests check them as tables.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import re
 import shlex
 from dataclasses import dataclass
@@ -189,11 +188,6 @@ def front_ends(vllm: VllmSettings, parallel: int, replicas: int, version: str) -
     return servers, threads
 
 
-def host_cpus() -> int:
-    """The CPUs this process may run on (a container's cpuset, not the host's count)."""
-    return len(os.sched_getaffinity(0))
-
-
 def data_parallel_size(vllm: VllmSettings, gpu: GpuFacts) -> int:
     """Engine replicas: `DATA_PARALLEL_SIZE`, or as many as the worker's GPUs hold at
     `TENSOR_PARALLEL_SIZE` GPUs each (one without a GPU to count). Pages are independent, so
@@ -278,7 +272,7 @@ class ServeSpec:
         gpu: GpuFacts,
         family: Family | None = None,
         *,
-        cpus: int | None = None,
+        cpus: int,
         vllm_version: str = IMAGE_VLLM,
     ) -> ServeSpec:
         """The spec for these settings on these GPUs and CPUs and this model family: the
@@ -291,7 +285,7 @@ class ServeSpec:
         memory = gpu.memory_gib(vllm.tensor_parallel_size)
         replicas = data_parallel_size(vllm, gpu)
         page_pixels = family.budget(settings.render.max_pixels).max_pixels
-        parallel = preprocessing_parallelism(page_pixels, host_cpus() if cpus is None else cpus)
+        parallel = preprocessing_parallelism(page_pixels, cpus)
         return cls(
             vllm=vllm,
             model=settings.model.model_name,

@@ -27,7 +27,7 @@ from PIL import Image, ImageOps
 from ..blocks import PageBlocks
 from ..contract import PageReport
 from ..errors import StorageError
-from ..pdf_file import open_pdf
+from ..pdf_file import is_pdf, open_pdf
 from ..pipeline.render import is_image_file, tiff_pages_of
 from ..storage import BucketInputs, ObjectMissing
 from .usage import UsageError, input_file, input_folder
@@ -94,8 +94,8 @@ def given(args: argparse.Namespace) -> tuple[Path | None, Path | None, Path | No
 
 
 def _check_opens(pdf: Path, argument: str) -> None:
-    """A PDF MuPDF cannot open (cut short, damaged) is said as `vlm-ocr run` says it, before
-    anything is read; an encrypted one opens, and its pages are said to have no picture."""
+    """A PDF MuPDF cannot open (cut short, damaged) is said in one line, before anything is
+    read; an encrypted one opens, and its pages are said to have no picture."""
     try:
         with open_pdf(pdf):
             pass
@@ -109,7 +109,7 @@ def _check_opens(pdf: Path, argument: str) -> None:
 
 def _is_pdf(path: Path) -> bool:
     with path.open("rb") as f:
-        return f.read(1024).lstrip().startswith(b"%PDF-")
+        return is_pdf(f.read(1024))
 
 
 def _number_in(path: Path, page: PageReport) -> int:

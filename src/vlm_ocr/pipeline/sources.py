@@ -270,8 +270,9 @@ class PageRef:
 class Document:
     pages: list[PageRef]
     files: JobFiles
-    #: job-level findings a user must see (pages beyond the end, a repaired file)
+    #: job-level findings a user must act on (pages selected beyond the end)
     problems: list[str] = field(default_factory=list)
+    #: what the user should know of how it was read (a repaired file, a miscounted page tree)
     notes: list[str] = field(default_factory=list)
     #: the PDF, spilled (a job of a PDF)
     pdf_path: Path | None = None

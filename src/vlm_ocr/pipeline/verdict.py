@@ -31,7 +31,8 @@ def verdict(
     engine_failure: str | None = None,
     manifest_error: str | None = None,
 ) -> Verdict:
-    """`problems`: job-level findings about its input (pages beyond the end); `stop`: what
+    """`problems`: job-level findings a user must act on (pages selected beyond the end, a
+    whole-document file not stored, no searchable PDF made); `stop`: what
     stopped its pages; `engine_failure`: the engine is gone (even if no page of this job met
     it); `manifest_error`: the manifest could not be written. The error is set whenever the
     status is not `ok`: pages that failed on their own are counted, with their first reasons."""

@@ -318,3 +318,23 @@ def test_uploads_overlap_recognition(loop, make_worker, s3_endpoint: str, bucket
     assert result.status == "ok", result.error
     held = [o for m, p, o in proxy.seen if m == "PUT" and p.endswith("page-0001.md")]
     assert held[0] == "released", "page 1's upload was released by the uploads of pages 2-3"
+
+
+def test_a_fault_of_ours_is_no_bucket_error(loop) -> None:
+    from botocore.exceptions import EndpointConnectionError
+
+    from vlm_ocr.errors import StorageError
+    from vlm_ocr.storage import Bucket
+
+    bucket = Bucket(None, "results")
+
+    def unreachable(**_: Any) -> None:
+        raise EndpointConnectionError(endpoint_url="http://127.0.0.1:9")
+
+    def mistaken(**_: Any) -> None:
+        raise TypeError("get_object() got an unexpected keyword argument 'Kye'")
+
+    with pytest.raises(StorageError, match=r"GET s3://results/a\.md: the bucket could not be"):
+        loop.run(bucket.call("GET", "a.md", unreachable))
+    with pytest.raises(TypeError, match="Kye"):  # a bug says itself, not "could not be reached"
+        loop.run(bucket.call("GET", "a.md", mistaken))

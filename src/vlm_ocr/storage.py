@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
+from botocore.exceptions import BotoCoreError, ClientError
+
 from .errors import StorageError
 from .settings import BucketSettings
 
@@ -314,16 +316,18 @@ class Bucket:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
     async def call(self, op: str, key: str, fn: Any, /, **kwargs: Any) -> Any:
+        """`fn` (a client method) on `key`; what the bucket or the way to it answers is a
+        StorageError, and anything else (a fault of ours) goes on as it is."""
         try:
             return await self.run(lambda: fn(Bucket=self.name, Key=key, **kwargs))
-        except Exception as exc:
+        except BUCKET_ERRORS as exc:
             raise self.error(op, key, exc) from None
 
     async def exists(self) -> bool:
         """False only when the endpoint says the bucket is not there."""
         try:
             await self.run(lambda: self.client.head_bucket(Bucket=self.name))
-        except Exception as exc:
+        except BUCKET_ERRORS as exc:
             return _code(exc) not in _MISSING_CODES | {"NoSuchBucket"}
         return True
 
@@ -395,7 +399,7 @@ class S3Store:
         resp = await self.bucket.call("GET", key, self.client.get_object)
         try:
             body = await self.bucket.run(resp["Body"].read)
-        except Exception as exc:
+        except BUCKET_ERRORS as exc:
             raise self.bucket.error("GET", key, exc) from None
         return body.decode("utf-8")
 
@@ -452,10 +456,13 @@ class BucketInputs:
 
         try:
             return await self.bucket.run(copy)
-        except StorageError:
-            raise
-        except Exception as exc:
+        except BUCKET_ERRORS as exc:
             raise self.bucket.error("GET", key, exc) from None
+
+
+#: what boto3 raises for an answer of the bucket's (ClientError) or for the way to it
+#: (BotoCoreError: no connection, a timeout, a broken read)
+BUCKET_ERRORS = (BotoCoreError, ClientError)
 
 
 def _code(exc: Exception) -> str | None:

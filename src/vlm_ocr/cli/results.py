@@ -24,7 +24,15 @@ from ..blocks import PageBlocks
 from ..contract import JobResult, PageReport
 from ..errors import StorageError
 from ..settings import Settings
-from ..storage import BucketInputs, JobKeys, LocalStore, ObjectMissing, S3Store, Store
+from ..storage import (
+    BUCKET_ERRORS,
+    BucketInputs,
+    JobKeys,
+    LocalStore,
+    ObjectMissing,
+    S3Store,
+    Store,
+)
 from .usage import UsageError
 
 READS_AT_ONCE = 16  # pages read from the store at once (a bucket answers in tens of ms)
@@ -133,7 +141,7 @@ async def _bucket_folders(store: S3Store, prefix: str) -> list[str]:
 
     try:
         page = await bucket.run(listing)
-    except Exception:
+    except BUCKET_ERRORS:
         return []
     return sorted(p["Prefix"].rstrip("/") for p in page.get("CommonPrefixes") or [])
 

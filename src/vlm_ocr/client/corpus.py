@@ -23,6 +23,7 @@ from pathlib import Path
 from ..contract import PageReport
 from ..errors import StorageError
 from ..settings import Settings
+from ..storage import BUCKET_ERRORS
 from .documents import Limits, Listed, Refused
 from .endpoint import EndpointError, worker_count
 from .gate import Gate, Plan
@@ -295,7 +296,7 @@ class CorpusRun:
                     Bucket=bucket.name, Prefix=self.shared.store.key_prefix, MaxKeys=1
                 )
             )
-        except Exception as exc:
+        except BUCKET_ERRORS as exc:
             raise bucket.error("LIST", self.shared.store.key_prefix, exc) from None
 
     def _plan(self) -> int:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..storage import Bucket
+from ..storage import BUCKET_ERRORS, Bucket
 from .documents import DOCUMENT_SUFFIXES, Listed
 
 # (key, size, etag) of every object under a prefix, a page of keys at a time
@@ -255,7 +255,7 @@ def bucket_lister(bucket: Bucket) -> KeyLister:
         while True:
             try:
                 page = next(pages, None)
-            except Exception as exc:
+            except BUCKET_ERRORS as exc:
                 raise bucket.error("LIST", prefix, exc) from None
             if page is None:
                 return

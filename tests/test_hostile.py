@@ -202,3 +202,15 @@ def test_stored_files_follow_the_umask(run, settings) -> None:
     )
     for key in (result.pages[0].key, result.manifest_key):
         assert (settings.job.output_dir / str(key)).stat().st_mode & 0o777 == 0o666 & ~mask
+
+
+def test_a_fault_in_a_render_process_is_logged_whole_and_said_short(loop, cpu_pool, caplog) -> None:
+    import math
+
+    from vlm_ocr.pipeline.cpu_pool import TaskFailed
+
+    with caplog.at_level(logging.WARNING), pytest.raises(TaskFailed) as failed:
+        loop.run(cpu_pool.run(math.factorial, -1, timeout_s=60))
+    assert str(failed.value) == "ValueError"  # what a user reads: no path, no traceback
+    [record] = [r for r in caplog.records if "render process" in r.getMessage()]
+    assert "Traceback" in record.getMessage() and "negative" in record.getMessage()

@@ -19,6 +19,7 @@ import multiprocessing
 import os
 import signal
 import threading
+import traceback
 from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -41,7 +42,8 @@ class TaskFailed(Exception):
 
 def _serve(conn: Connection, memory_limit: int) -> None:
     """A child's life: run tasks until the pipe closes. A PageError travels back as itself;
-    anything else as its type name only (no paths or tracebacks leave the child)."""
+    anything else as its type name for the user, with its traceback for the worker's log only
+    (a fault of ours in the render code must be found there)."""
     import ctypes
 
     from . import render  # noqa: F401  (loaded before the limit: the limit is for the work)
@@ -67,7 +69,7 @@ def _serve(conn: Connection, memory_limit: int) -> None:
         except MemoryError:
             conn.send(("failed", "it needed more memory than RENDER_MEMORY_MB allows"))
         except Exception as exc:
-            conn.send(("failed", type(exc).__name__))
+            conn.send(("fault", (type(exc).__name__, traceback.format_exc())))
 
 
 @contextlib.contextmanager
@@ -158,6 +160,10 @@ class CpuPool:
             raise PageError(*value)
         if kind == "failed":
             raise TaskFailed(value)
+        if kind == "fault":
+            name, trace = value
+            log.warning("%s failed in a render process:\n%s", fn.__name__, trace)
+            raise TaskFailed(name)
         return value
 
     @staticmethod

@@ -198,18 +198,23 @@ class LocalStore:
         except OSError as exc:
             raise StorageError(f"cannot write {key} under {self.root}: {exc}") from None
 
+    # Reads go to a thread as writes do: the folder may be a slow or network disk, and the loop
+    # they would stall feeds the engine.
     async def record(self, key: str) -> PageRecord | None:
+        return await asyncio.to_thread(self._record, key)
+
+    def _record(self, key: str) -> PageRecord | None:
         path, meta = self._path(key), self._meta_path(key)
         if not path.is_file():
             return None
         try:
             return PageRecord.from_metadata(json.loads(meta.read_text()))
-        except (OSError, ValueError):
+        except (OSError, ValueError):  # no record, or a damaged one: the page is read again
             return None
 
     async def read_text(self, key: str) -> str:
         try:
-            return self._path(key).read_text(encoding="utf-8")
+            return await asyncio.to_thread(self._path(key).read_text, encoding="utf-8")
         except FileNotFoundError:
             raise ObjectMissing(f"no {key} under {self.root}") from None
         except OSError as exc:

@@ -17,9 +17,9 @@ import httpx
 import pytest
 
 from vlm_ocr import samples
-from vlm_ocr.cli.plan import image_tokens
 from vlm_ocr.engines.base import EngineOptions
 from vlm_ocr.engines.factory import make_engine
+from vlm_ocr.engines.families import QwenVl
 from vlm_ocr.engines.vllm.argv import FORK_LAUNCHER
 from vlm_ocr.pipeline.worker import build_worker, start_worker
 from vlm_ocr.settings import EngineKind, Settings
@@ -228,7 +228,7 @@ def test_prompt_tokens_follow_the_pixel_budget(loop, vllm) -> None:
         page = result.pages[0]
         w, h = page.width or 0, page.height or 0
         assert w * h <= min(budget, SERVER_PIXELS)
-        seen.append((page.prompt_tokens or 0, image_tokens(w, h, max_pixels=SERVER_PIXELS)))
+        seen.append((page.prompt_tokens or 0, QwenVl().image_tokens(w, h, SERVER_PIXELS)))
     assert "above this worker's page budget" in result.notes[0]
     (p0, i0), (p1, i1), (p2, i2) = seen
     assert i0 < i1 < i2

@@ -125,7 +125,7 @@ def test_the_engine_facts_name_the_family_and_its_gdn_layers(tmp_path: Path) -> 
 
 
 def argv_of(family: Any, **values: Any) -> list[str]:
-    return server_argv(ServeSpec.resolve(Settings(**values), H100, family), 8000)
+    return server_argv(ServeSpec.resolve(Settings(**values), H100, family, cpus=16), 8000)
 
 
 def flag(argv: list[str], name: str) -> str | None:

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from vlm_ocr.cli.plan import image_tokens, plan, read_shape
+from vlm_ocr.cli.plan import plan, read_shape
+from vlm_ocr.engines.families import LightOnOcr, LightOnOcr3, QwenVl
 
 from .support import ROOT
 
@@ -61,6 +62,7 @@ def plan_for(cfg: dict, **overrides: object):
         "max_model_len": 8192,
         "gpu_memory_utilization": 0.9,
         "tensor_parallel_size": 1,
+        "family": QwenVl(),
     }
     return plan(cfg, **(args | overrides))  # type: ignore[arg-type]
 
@@ -99,7 +101,17 @@ def test_hybrid_counts_only_full_attention_layers_plus_recurrent_state() -> None
     ],
 )
 def test_image_tokens_follow_processor_rounding(size, max_pixels, patch, tokens) -> None:
-    assert image_tokens(*size, max_pixels=max_pixels, patch=patch) == tokens
+    family = QwenVl()
+    family.patch = patch  # type: ignore[misc]
+    assert family.image_tokens(*size, max_pixels) == tokens
+
+
+def test_a_pixtral_processor_counts_its_own_tokens() -> None:
+    # A4 at 1540 px: 39 cells across and 55 down, each row closed by one more token; a
+    # Qwen-style grid of the same patch would count 2,145
+    assert LightOnOcr().image_tokens(1089, 1540, 1540 * 1540) == 55 * (39 + 1)
+    assert LightOnOcr3("mistral3").image_tokens(1089, 1540, 1540 * 1540) == 55 * (39 + 1)
+    assert LightOnOcr3("qwen3_5").image_tokens(1089, 1540, 2048 * 2048) == 1632
 
 
 def test_weights_from_safetensors_when_present(tmp_path: Path) -> None:
@@ -162,6 +174,7 @@ def test_the_gpu_table_of_the_deploying_docs_is_what_plan_says_for_the_example_c
                 max_model_len=8192,
                 gpu_memory_utilization=0.9,
                 tensor_parallel_size=1,
+                family=QwenVl(),
             )
             assert cell == (f"{p.pages_at_once:,}" if p.pages_at_once else "does not fit"), name
         assert weights == f"{p.weights_gb:.1f} GB" and kv_per_token == f"{p.kv_bytes_per_token:,}"

@@ -26,8 +26,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..engines.families import FAMILIES, Family, detect
-from ..engines.families.qwen import smart_resize
-from ..settings import KV_CACHE_DTYPES, MIN_PIXELS, Settings, accepted_values
+from ..settings import KV_CACHE_DTYPES, Settings, accepted_values
 from . import usage
 
 GB = 1e9
@@ -55,14 +54,6 @@ QUANT_BYTES = {
 }
 PROMPT_TOKENS = 150  # chat template + preset text; the legal preset is about 250 Chinese tokens
 ACTIVATION_RESERVE_GB = 4.0  # vLLM's profiling peak for activations, CUDA graphs and the encoder
-
-
-def image_tokens(
-    width: int, height: int, *, max_pixels: int, patch: int = 32, min_pixels: int = MIN_PIXELS
-) -> int:
-    """Tokens the Qwen-VL processor spends on a width × height image (its smart_resize)."""
-    w, h = smart_resize(width, height, patch, min_pixels, max_pixels)
-    return (h * w) // (patch * patch)
 
 
 @dataclass
@@ -227,16 +218,17 @@ def plan(
     max_model_len: int,
     gpu_memory_utilization: float,
     tensor_parallel_size: int,
+    family: Family,
     prompt_tokens: int = PROMPT_TOKENS,
-    patch: int = 32,
 ) -> Plan:
-    """`patch`: pixels per image token along a side, the model family's (`Family.patch`)."""
+    """`family`: whose processor turns the page into image tokens."""
     shape = read_shape(cfg)
     kv_elem = DTYPE_BYTES[kv_cache_dtype]
     kv_per_token = 2 * shape.full_attention_layers * shape.kv_heads * shape.head_dim * kv_elem
     weights, source = weights_of(shape, model_dir)
     w, h = page_size
-    img = image_tokens(w, h, max_pixels=max_pixels, patch=patch)
+    img = family.image_tokens(w, h, max_pixels)
+    patch = family.patch
     page = min(img + prompt_tokens + max_tokens, max_model_len)
     per_gpu_weights = weights / tensor_parallel_size
     usable = gpu_memory_gb * gpu_memory_utilization
@@ -515,8 +507,8 @@ class Sizing:
             gpu_memory_utilization=s.vllm.gpu_memory_utilization,
             tensor_parallel_size=tensor_parallel_size or s.vllm.tensor_parallel_size,
             # the chat template and the family's own prompt (about 3 characters a token)
+            family=family,
             prompt_tokens=30 + len(prompt) // 3 if family.prompt else PROMPT_TOKENS,
-            patch=family.patch,
         )
 
     def with_config(self, cfg: dict[str, Any]) -> Sizing:

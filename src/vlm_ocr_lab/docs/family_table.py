@@ -94,8 +94,8 @@ def planned(example: str) -> str:
             max_model_len=family.max_model_len,
             gpu_memory_utilization=0.9,
             tensor_parallel_size=1,
+            family=family,
             prompt_tokens=30 + len(prompt) // 3 if family.prompt else PROMPT_TOKENS,
-            patch=family.patch,
         )
         for gb in (80, 141)
     ]

@@ -9,13 +9,14 @@ page up the family's attempt ladder.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ...blocks import Block, HeadersFooters, Placed, RawBlock, markdown, place
 from ...images import Budget
 from ...prompts import Prompt
-from ...settings import StartMode
+from ...settings import MIN_PIXELS, StartMode
 from ..reading import Page, Reading
 
 # The tokens one engine step takes in, unless a family needs fewer: vLLM's own budget for a server,
@@ -156,6 +157,12 @@ class Family:
         (about a tenth of its CPU a page at 2,048 px: `vlm-ocr-lab bench --front-end`)."""
         return self.patch
 
+    def image_tokens(self, width: int, height: int, max_pixels: int) -> int:
+        """The tokens its server's processor spends on a page of width × height pixels: a
+        Qwen2-VL-style processor puts it on its grid within `max_pixels`, a token a cell."""
+        w, h = smart_resize(width, height, self.patch, MIN_PIXELS, max_pixels)
+        return (w * h) // (self.patch * self.patch)
+
     def limit_mm_per_prompt(self) -> dict[str, int]:
         return {"image": 1, "video": 0}
 
@@ -202,6 +209,24 @@ class Family:
             "blocks": "with boxes" if self.boxes else "none (the model gives no boxes)",
             "thinking": "off" if self.thinks else "the model does not think",
         }
+
+
+def smart_resize(
+    width: int, height: int, factor: int, min_pixels: int, max_pixels: int
+) -> tuple[int, int]:
+    """The size the Qwen-VL processor turns an image into (both sides on its grid, the area
+    within its bounds): what Qwen2.5-VL's pixel boxes and dots.ocr's boxes refer to."""
+    w = max(factor, round(width / factor) * factor)
+    h = max(factor, round(height / factor) * factor)
+    if w * h > max_pixels:
+        beta = math.sqrt(width * height / max_pixels)
+        w = max(factor, math.floor(width / beta / factor) * factor)
+        h = max(factor, math.floor(height / beta / factor) * factor)
+    elif w * h < min_pixels:
+        beta = math.sqrt(min_pixels / (width * height))
+        w = math.ceil(width * beta / factor) * factor
+        h = math.ceil(height * beta / factor) * factor
+    return w, h
 
 
 def from_grid(

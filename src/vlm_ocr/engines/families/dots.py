@@ -15,8 +15,7 @@ from ...images import Budget
 from ...prompts import Prompt
 from ...settings import StartMode
 from ..reading import Page, Reading
-from .base import AnswerError, Checkpoint, Family, Sampling, temperatures
-from .qwen import smart_resize
+from .base import AnswerError, Checkpoint, Family, Sampling, smart_resize, temperatures
 
 PROMPT = Prompt(
     "dots-layout-all-en",

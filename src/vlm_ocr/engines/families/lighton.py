@@ -10,6 +10,7 @@ caching and pin transformers 5.16.1 for its Pixtral code (`engine_pins`)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ...images import Budget
@@ -38,6 +39,15 @@ PIXTRAL_BATCHED_TOKENS = 4096
 
 def pixtral_batched_tokens(vllm_release: tuple[int, int], otherwise: int) -> int:
     return PIXTRAL_BATCHED_TOKENS if vllm_release < PIXTRAL_FIXED_IN else otherwise
+
+
+def pixtral_image_tokens(width: int, height: int, side: int, patch: int) -> int:
+    """The tokens Pixtral's processor spends on a page: made at most `side` pixels long, each
+    side rounded up to whole `patch` cells, a token a cell and one more a row (its row break,
+    or the image's end)."""
+    scale = min(1.0, side / max(width, height))
+    cols, rows = math.ceil(width * scale / patch), math.ceil(height * scale / patch)
+    return rows * (cols + 1)
 
 
 class LightOnOcr(Family):
@@ -77,6 +87,9 @@ class LightOnOcr(Family):
     @property
     def grid(self) -> int | None:
         return None  # Pixtral's processor rounds each side up to its own patch: as drawn
+
+    def image_tokens(self, width: int, height: int, max_pixels: int) -> int:
+        return pixtral_image_tokens(width, height, self.LONGEST_SIDE, self.patch)
 
     def limit_mm_per_prompt(self) -> dict[str, int]:
         return {"image": 1}

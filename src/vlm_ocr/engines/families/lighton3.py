@@ -52,7 +52,7 @@ from ..reading import Page, Reading
 from . import grounding
 from .base import AnswerError, Checkpoint, Family, Sampling, from_grid, temperatures
 from .dollars import fix_escaped_dollars
-from .lighton import BROKEN_VLLM, ENGINE_PINS, pixtral_batched_tokens
+from .lighton import BROKEN_VLLM, ENGINE_PINS, pixtral_batched_tokens, pixtral_image_tokens
 
 GROUNDING = Prompt("lightonocr-grounding", "1", "grounding", answer="grounding")
 PLAIN = Prompt("lightonocr-plain", "1", "")
@@ -175,6 +175,11 @@ class LightOnOcr3(Family):
     def grid(self) -> int | None:
         # Pixtral's processor rounds each side up to its own patch: its pages go as drawn
         return None if self.pixtral else self.patch
+
+    def image_tokens(self, width: int, height: int, max_pixels: int) -> int:
+        if self.pixtral:
+            return pixtral_image_tokens(width, height, PIXTRAL_SIDE, self.patch)
+        return super().image_tokens(width, height, max_pixels)
 
     def limit_mm_per_prompt(self) -> dict[str, int]:
         return {"image": 1}

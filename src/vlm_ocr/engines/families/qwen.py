@@ -4,14 +4,20 @@ presets, its own, or `qwenvl-html`, Qwen's document-parsing mode, which answers 
 
 from __future__ import annotations
 
-import math
-
 from ...blocks import RawBlock
 from ...prompts import Prompt
 from ...settings import StartMode
 from ..reading import Page, Reading
 from . import html
-from .base import AnswerError, Checkpoint, Family, Sampling, from_grid, temperatures
+from .base import (
+    AnswerError,
+    Checkpoint,
+    Family,
+    Sampling,
+    from_grid,
+    smart_resize,
+    temperatures,
+)
 
 # model_type of the Qwen2 generations: a 28 px token, and boxes in pixels of the resized image
 QWEN2_TYPES = ("qwen2_5_vl", "qwen2_vl")
@@ -55,24 +61,6 @@ QWENVL_LABELS = {
     "li": "list",
     "list": "list",
 }
-
-
-def smart_resize(
-    width: int, height: int, factor: int, min_pixels: int, max_pixels: int
-) -> tuple[int, int]:
-    """The size the Qwen-VL processor turns an image into (both sides on its grid, the area
-    within its bounds): what Qwen2.5-VL's pixel boxes and dots.ocr's boxes refer to."""
-    w = max(factor, round(width / factor) * factor)
-    h = max(factor, round(height / factor) * factor)
-    if w * h > max_pixels:
-        beta = math.sqrt(width * height / max_pixels)
-        w = max(factor, math.floor(width / beta / factor) * factor)
-        h = max(factor, math.floor(height / beta / factor) * factor)
-    elif w * h < min_pixels:
-        beta = math.sqrt(min_pixels / (width * height))
-        w = math.ceil(width * beta / factor) * factor
-        h = math.ceil(height * beta / factor) * factor
-    return w, h
 
 
 class QwenVl(Family):

@@ -319,6 +319,22 @@ def test_a_page_shown_turned_by_its_pdf_is_searchable_as_shown(
     assert_words_in_their_boxes(made, tmp_path / "out/r/page-0001.json")
 
 
+def test_a_page_shown_cropped_is_searchable_where_its_words_are_printed(
+    tmp_path, loop, cpu_engine, cpu_pool
+) -> None:
+    doc = pymupdf.open(stream=samples.scanned(samples.pdf_from_pages(samples.LEGAL_PAGES[1:])))
+    doc[0].set_cropbox(pymupdf.Rect(0, 0, 595, 640))  # its top part: the bottom margin larger
+    worker = new_worker(loop, make_settings(tmp_path), cpu_engine, cpu_pool)
+    job = {"pdf": {"base64": b64(doc.tobytes())}, "output_prefix": "c", "searchable_pdf": True}
+    result = run_job(loop, worker, job)
+    assert result.status == "ok", result.error
+    made = (tmp_path / "out/c/searchable.pdf").read_bytes()
+    with pymupdf.open(stream=made) as out:
+        assert out[0].rect == pymupdf.Rect(0, 0, 595, 640)  # as it was shown
+        assert out[0].search_for("landlord")
+    assert_words_in_their_boxes(made, tmp_path / "out/c/page-0001.json")
+
+
 def test_a_pdf_with_its_own_text_layer_keeps_it(tmp_path, loop, cpu_engine, cpu_pool) -> None:
     original = samples.pdf_from_pages(samples.LEGAL_PAGES[:1])
     worker = new_worker(loop, make_settings(tmp_path), cpu_engine, cpu_pool)

@@ -91,6 +91,7 @@ def make_part(source_pdf: str | None, overlays: list[Overlay], out: str) -> tupl
                 if page.get_text("text").strip():
                     kept += 1
                     continue
+                _crop_as_page(page)
                 if page.rotation:
                     # the same look with points as printed; its contents made one stream again,
                     # without which the text laid over it is not found
@@ -101,8 +102,8 @@ def make_part(source_pdf: str | None, overlays: list[Overlay], out: str) -> tupl
                 continue
             else:
                 page = _image_page(doc, overlay.image)
-            if _lay(page, overlay, font):
-                overlaid += 1
+            if _lay(page, overlay, font) and page.get_text("text").strip():
+                overlaid += 1  # counted only where a viewer finds it on the page
         doc.save(out, garbage=3, deflate=True)
     finally:
         doc.close()
@@ -134,6 +135,17 @@ def _image_page(doc: pymupdf.Document, path: str) -> pymupdf.Page:
     page = doc.new_page(width=width * 72 / IMAGE_DPI, height=height * 72 / IMAGE_DPI)
     page.insert_image(page.rect, stream=buf.getvalue())
     return page
+
+
+def _crop_as_page(page: pymupdf.Page) -> None:
+    """A page shown cropped made the page it shows (its MediaBox the CropBox, its look the
+    same): PyMuPDF's TextWriter lays text off by the difference between a crop's top and bottom
+    margins, so under a crop of a page's top part the words landed lower than printed, and under
+    one of its bottom part off the page."""
+    media, crop = page.mediabox, page.cropbox  # the crop from the media's top-left corner
+    shown = pymupdf.Rect(crop.x0, media.y1 - crop.y1, crop.x1, media.y1 - crop.y0)
+    if shown != media:
+        page.set_mediabox(shown)
 
 
 def _missing_page(doc: pymupdf.Document, overlay: Overlay) -> None:

@@ -346,6 +346,25 @@ def test_a_pdf_with_its_own_text_layer_keeps_it(tmp_path, loop, cpu_engine, cpu_
         assert b[0].get_text("words") == a[0].get_text("words")  # its own, not doubled
 
 
+def test_a_blocks_lines_are_laid_at_one_size_each_as_long_as_it_is(tmp_path: Path) -> None:
+    blank = pymupdf.open()
+    blank.new_page(width=612, height=792)
+    blank.save(tmp_path / "page.pdf")
+    text = "Second line of page two: invoice total 4,210 EUR.\nThird line about dates."
+    overlay = searchable.Overlay(1, boxes=(((50, 50, 450, 110), text),))
+    searchable.make_part(str(tmp_path / "page.pdf"), [overlay], str(tmp_path / "out.pdf"))
+    with pymupdf.open(tmp_path / "out.pdf") as out:
+        spans = [
+            span
+            for block in out[0].get_text("dict")["blocks"]
+            for line in block["lines"]
+            for span in line["spans"]
+        ]
+    [long, short] = spans
+    assert long["size"] == short["size"] and long["bbox"][2] == pytest.approx(450, abs=2)
+    assert short["bbox"][2] < 260  # its own length at the block's size, not the block's width
+
+
 def test_images_become_pages_of_a_searchable_pdf(tmp_path, loop, cpu_pool) -> None:
     # a model that gives no boxes: the page's text is laid over the whole page
     engine = FakeEngine(lambda page, prompt: f"Receipt total {page.width} euro")

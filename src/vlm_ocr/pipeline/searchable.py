@@ -169,9 +169,11 @@ def _lay(page: pymupdf.Page, overlay: Overlay, font: pymupdf.Font) -> bool:
         if not lines or x1 - x0 < 1 or y1 - y0 < 1:
             continue
         band = (y1 - y0) / len(lines)
+        # one size a block, its longest line across its width: a block's lines are set alike,
+        # so each of the others then ends about where it is printed, not stretched to the box
+        longest = max(font.text_length(line, fontsize=1) for line in lines) or 1.0
+        size = max(1.0, min(band * 0.9, (x1 - x0) / longest))
         for n, line in enumerate(lines):
-            length = font.text_length(line, fontsize=1) or 1.0
-            size = max(1.0, min(band * 0.9, (x1 - x0) / length))
             baseline = y0 + band * n + (band + size * 0.7) / 2  # the line's middle
             writer.append((x0, baseline), line, font=font, fontsize=size)
             wrote = True

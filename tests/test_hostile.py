@@ -214,3 +214,22 @@ def test_a_fault_in_a_render_process_is_logged_whole_and_said_short(loop, cpu_po
     assert str(failed.value) == "ValueError"  # what a user reads: no path, no traceback
     [record] = [r for r in caplog.records if "render process" in r.getMessage()]
     assert "Traceback" in record.getMessage() and "negative" in record.getMessage()
+
+
+def test_a_document_whose_pages_all_run_past_the_render_limit_gives_up_early(
+    loop, cpu_engine, cpu_pool, tmp_path: Path
+) -> None:
+    # 40 pages that each would render for minutes, in 12 kB: after a few run past the limit
+    # the rest are not tried, so the document cannot hold the render processes for 40 limits
+    worker = new_worker(loop, make_settings(tmp_path, render_timeout_s=1), cpu_engine, cpu_pool)
+    pdf = nested_xobject_pdf(depth=8, heavy_pages=40)
+    result = loop.run(worker.run("stalling", {"pdf": {"base64": b64(pdf)}}))
+    assert result.status == "partial" and result.pages[0].status == "ok"
+    errors = [p.error or "" for p in result.pages[1:]]
+    stopped = [e for e in errors if e.startswith("rendering was stopped")]
+    assert 3 <= len(stopped) <= 3 + cpu_pool.size  # the limit, and what was rendering then
+    assert set(errors) - set(stopped) == {
+        "not rendered: 3 or more pages of this document ran past RENDER_TIMEOUT_S, more than were "
+        "rendered, so its other pages are not tried; split the document, or raise "
+        "RENDER_TIMEOUT_S"
+    }

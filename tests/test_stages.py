@@ -55,7 +55,7 @@ def work(image: PageImage | None = None, **job: Any) -> PageWork:
     """Page 1 of a one-page job (`job`: JobContext fields), rendered as `image` when given."""
     source = rendered()
 
-    async def fetch() -> PageImage:
+    async def fetch(ready: object) -> PageImage:
         return source
 
     raw = {"pdf": {"base64": b64(b"%PDF")}} | job.pop("input", {})

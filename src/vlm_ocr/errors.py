@@ -69,6 +69,13 @@ class PageError(OcrError):
         super().__init__(message)
 
 
+class RenderTimeout(PageError):
+    """A page whose rendering ran past RENDER_TIMEOUT_S (its job counts them: `JobContext`)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("render", message)
+
+
 class EngineError(OcrError):
     """The engine failed a request; `fatal` means it is gone and the worker must be replaced.
     `tries` counts the requests sent for the page before it failed, transport retries included."""

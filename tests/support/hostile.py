@@ -22,20 +22,26 @@ def _stream(head: bytes, body: bytes) -> bytes:
     return b"<< " + head + b" /Length %d >>\nstream\n" % len(body) + body + b"\nendstream"
 
 
-def nested_xobject_pdf(depth: int = 6, fanout: int = 10, text: str = "Good page one") -> bytes:
+def nested_xobject_pdf(
+    depth: int = 6, fanout: int = 10, text: str = "Good page one", heavy_pages: int = 1
+) -> bytes:
     """Page 1 is plain text; page 2 draws a form that draws itself `fanout` times, `depth`
     levels down: fanout**(depth-1) full-page fills from about 3 KB (depth 5 takes seconds to
-    render, each level ten times more)."""
+    render, each level ten times more); `heavy_pages` such pages follow page 1, all drawing
+    the one form."""
     page = b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 595 842] "
+    heavy = [100 + n for n in range(heavy_pages)]
+    kids = b" ".join(b"%d 0 R" % n for n in [3, *heavy])
     objs = {
         1: b"<< /Type /Catalog /Pages 2 0 R >>",
-        2: b"<< /Type /Pages /Kids [3 0 R 4 0 R] /Count 2 >>",
+        2: b"<< /Type /Pages /Kids [%s] /Count %d >>" % (kids, 1 + heavy_pages),
         3: page + b"/Resources << /Font << /F1 5 0 R >> >> /Contents 6 0 R >>",
-        4: page + b"/Resources << /XObject << /X 10 0 R >> >> /Contents 7 0 R >>",
         5: b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
         6: _stream(b"", b"BT /F1 28 Tf 72 700 Td (" + text.encode() + b") Tj ET"),
         7: _stream(b"", b"/X Do"),
     }
+    for n in heavy:
+        objs[n] = page + b"/Resources << /XObject << /X 10 0 R >> >> /Contents 7 0 R >>"
     form = b"/Type /XObject /Subtype /Form /BBox [0 0 595 842]"
     for level in range(depth):
         num = 10 + level

@@ -136,12 +136,26 @@ class CpuPool:
         assert self._idle is not None
         self._idle.put_nowait(self._spawn())
 
-    async def run(self, fn: Callable[..., T], /, *args: Any, timeout_s: float) -> T:
+    async def run(
+        self,
+        fn: Callable[..., T],
+        /,
+        *args: Any,
+        timeout_s: float,
+        ready: Callable[[], None] | None = None,
+    ) -> T:
         """fn(*args) in a child; PageError as raised there, TaskTimeout past `timeout_s`,
-        TaskFailed for anything else."""
+        TaskFailed for anything else. `ready` is called once a child is free, and may raise to
+        call the task off (a job that no longer wants it)."""
         if self._idle is None:
             raise RuntimeError("the CPU pool was not started")
         child = await self._idle.get()
+        if ready is not None:
+            try:
+                ready()
+            except BaseException:
+                self._idle.put_nowait(child)
+                raise
         try:
             child.conn.send((fn, args))
             kind, value = await asyncio.wait_for(self._answer(child.conn), timeout_s)

@@ -24,7 +24,7 @@ from typing import BinaryIO, TypeVar
 
 from ..blocks import Box
 from ..contract import JobInput, Source, parse_selection
-from ..errors import InputError, PageError, StorageError
+from ..errors import InputError, PageError, RenderTimeout, StorageError
 from ..images import Budget, PageImage
 from ..settings import FetchSettings, RenderSettings
 from ..storage import BucketInputs, ObjectMissing, ObjectTooLarge
@@ -37,6 +37,8 @@ _DATA_URL = re.compile(r"data:[\w/+.-]{0,100}(;[\w.+-]{1,40}=[^;,]{0,100}){0,5};
 _URL_SAFE = str.maketrans("-_", "+/")
 FETCH_CONCURRENCY = 8  # files of one job being fetched at once
 T = TypeVar("T")
+#: asked once a render process is free for a page; raises when the page is no longer wanted
+Ready = Callable[[], None] | None
 
 
 NO_BUCKET = (
@@ -58,11 +60,11 @@ class Rendering:
         self._pixels_free = settings.decode_pixels
         self._freed = asyncio.Condition()
 
-    async def _call(self, fn: Callable[..., T], *args: object) -> T:
+    async def _call(self, fn: Callable[..., T], *args: object, ready: Ready = None) -> T:
         try:
-            return await self.pool.run(fn, *args, timeout_s=self.timeout_s)
+            return await self.pool.run(fn, *args, timeout_s=self.timeout_s, ready=ready)
         except TaskTimeout as exc:
-            raise PageError("render", f"rendering was stopped: {exc} (RENDER_TIMEOUT_S)") from None
+            raise RenderTimeout(f"rendering was stopped: {exc} (RENDER_TIMEOUT_S)") from None
         except TaskFailed as exc:
             raise PageError("render", f"rendering failed: {exc}") from None
 
@@ -75,17 +77,23 @@ class Rendering:
     async def pdf_info(self, path: Path) -> render.PdfInfo:
         return await self._call(render.open_document, str(path), self.max_image_pixels)
 
-    async def pdf_page(self, path: Path, number: int, budget: Budget) -> PageImage:
-        return await self._call(render.render_pdf_page, str(path), number, budget)
+    async def pdf_page(
+        self, path: Path, number: int, budget: Budget, ready: Ready = None
+    ) -> PageImage:
+        return await self._call(render.render_pdf_page, str(path), number, budget, ready=ready)
 
-    async def image(self, path: Path, budget: Budget) -> PageImage:
-        pixels = await asyncio.to_thread(render.image_pixels, str(path))
+    async def image(self, path: Path, budget: Budget, ready: Ready = None) -> PageImage:
+        # its header read in a render process too: a crafted one (a TIFF declaring millions of
+        # strips for a few pixels) costs memory and time there, under that process's limits
+        pixels = await self._call(render.image_pixels, str(path), ready=ready)
         share = min(max(pixels, 1), self._decode_pixels)
         async with self._freed:
             await self._freed.wait_for(lambda: self._pixels_free >= share)
             self._pixels_free -= share
         try:
-            return await self._call(render.render_image, str(path), budget, self.max_image_pixels)
+            return await self._call(
+                render.render_image, str(path), budget, self.max_image_pixels, ready=ready
+            )
         finally:
             async with self._freed:
                 self._pixels_free += share
@@ -258,12 +266,13 @@ def check_inline_pdf(job: JobInput, max_bytes: int) -> None:
 
 @dataclass(frozen=True)
 class PageRef:
-    """One page to process: `image()` fetches what it needs and renders it, or raises
-    PageError saying why it cannot."""
+    """One page to process: `image(ready)` fetches what it needs and renders it, or raises
+    PageError saying why it cannot; `ready` is asked once a render process is free for it, and
+    may raise to say the page is no longer to be rendered."""
 
     number: int
     source: str
-    image: Callable[[], Awaitable[PageImage]] = field(repr=False)
+    image: Callable[[Ready], Awaitable[PageImage]] = field(repr=False)
 
 
 @dataclass
@@ -321,7 +330,7 @@ async def _load_pdf(
     label = src.label()
 
     def page(n: int) -> PageRef:
-        return PageRef(n, label, lambda: rendering.pdf_page(path, n, budget))
+        return PageRef(n, label, lambda ready: rendering.pdf_page(path, n, budget, ready))
 
     doc = Document(
         [page(n) for n in chosen], files, pdf_path=path, whole=len(chosen) == info.page_count
@@ -348,14 +357,16 @@ def _image_pages(
     images: list[Source], budget: Budget, files: JobFiles, rendering: Rendering
 ) -> Document:
     def page(index: int, src: Source) -> PageRef:
-        async def make() -> PageImage:
+        async def make(ready: Ready) -> PageImage:
             field = f"input.images[{index}]"
             try:
                 path = await files.fetch(src, field)
             except InputError as exc:
                 raise PageError("fetch", str(exc)) from None
             try:
-                return await rendering.image(path, budget)
+                return await rendering.image(path, budget, ready)
+            except RenderTimeout as exc:
+                raise RenderTimeout(f"{field}: {exc.message}") from None
             except PageError as exc:
                 raise PageError(exc.stage, f"{field}: {exc.message}") from None
             finally:

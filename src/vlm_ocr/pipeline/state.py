@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from ..engines.rapidocr import SecondReading
 
 Progress = Callable[[PageItem], None]
+MAX_RENDER_TIMEOUTS = 3  # a job's pages past the render limit before its unrendered ones fail
 
 
 @dataclass
@@ -48,6 +49,9 @@ class JobContext:
     keep_images: Path | None = None
     #: the pages done so far, in the order they ended (a stopped job's manifest lists them)
     reports: list[PageReport] = field(default_factory=list)
+    #: pages rendered, and pages whose rendering ran past RENDER_TIMEOUT_S
+    rendered: int = 0
+    render_timeouts: int = 0
 
     @property
     def json(self) -> bool:
@@ -62,6 +66,18 @@ class JobContext:
             )
         if engine_failure := self.engine_failure():
             raise PageError("engine", f"not processed: the engine is down ({engine_failure})")
+
+    def check_render(self) -> None:
+        """Raise when the job's pages have mostly run past the render limit: the render
+        processes are the worker's, and a document built to render for minutes a page (a few
+        hundred kB of nested drawing) would otherwise hold them for hours."""
+        if self.render_timeouts >= MAX_RENDER_TIMEOUTS and self.render_timeouts > self.rendered:
+            raise PageError(
+                "render",
+                f"not rendered: {MAX_RENDER_TIMEOUTS} or more pages of this document ran past "
+                "RENDER_TIMEOUT_S, more than were rendered, so its other pages are not tried; "
+                "split the document, or raise RENDER_TIMEOUT_S",
+            )
 
     def finished(self, report: PageReport) -> None:
         self.reports.append(report)

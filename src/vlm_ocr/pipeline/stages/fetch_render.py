@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+from ...errors import RenderTimeout
 from ..state import PageWork
 
 
@@ -14,7 +15,12 @@ class FetchRender:
     async def run(self, page: PageWork) -> None:
         page.job.check()
         t0 = time.perf_counter()
-        page.image = await page.ref.image()
+        try:  # its render is called off once the job's pages mostly run past the limit
+            page.image = await page.ref.image(page.job.check_render)
+        except RenderTimeout:
+            page.job.render_timeouts += 1
+            raise
+        page.job.rendered += 1
         page.time("render_s", t0)
         if page.job.keep_images is not None:
             path = page.job.keep_images / f"page-{page.ref.number:04d}.png"

@@ -156,6 +156,7 @@ def one_shot(
         ("{bad", "--test_input: not JSON (Expecting property name"),
         ("[1]", "--test_input: a JSON list; accepted: one JSON object"),
         ('{"inpt": {}}', '--test_input: no "input" in it; accepted: one JSON object'),
+        ('{"input": ' + "[" * 5000 + "]" * 5000 + "}", "--test_input: not JSON that can be read"),
     ],
 )
 def test_a_test_input_that_is_no_job_is_one_line_and_a_failed_result(

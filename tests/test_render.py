@@ -169,3 +169,12 @@ def test_a_text_layer_says_the_turn_that_lays_its_lines_across() -> None:
         lines = [ln for b in shown[0].get_text("dict")["blocks"] for ln in b.get("lines", ())]
         assert lines and all(ln["wmode"] == 1 and ln["dir"] == (0.0, 1.0) for ln in lines)
         assert text_turn(shown[0]) == 0
+
+
+def test_mupdfs_error_code_is_not_said() -> None:
+    from vlm_ocr.pipeline.render import _said
+
+    said = _said(
+        RuntimeError("code=7: cycle in page tree of /tmp/job/input-00001"), "/tmp/job/input-00001"
+    )
+    assert said == "cycle in page tree of the file"

@@ -95,6 +95,9 @@ def test_a_misspelled_field_is_said_with_the_one_meant_and_counted_as_it() -> No
     [unknown, none] = error_of({"colour": 1}).lines()  # nothing near: no guess
     assert unknown.startswith(f"input.colour: unknown field; {fields}")
     assert none.startswith("input: give exactly one document")
+    # a name of a megabyte is said by its first characters, not echoed whole
+    [long, _] = error_of({"x" * 1_000_000: 1}).lines()
+    assert long.startswith("input." + "x" * 60 + "…: unknown field;") and len(long) < 1000
 
 
 def test_every_problem_of_an_input_is_named_at_once_with_what_is_accepted() -> None:
@@ -157,6 +160,8 @@ def test_selection_beyond_the_end_is_counted_by_ranges_not_pages() -> None:
     assert select_pages("2-,5-", 3, 10) == ([2, 3], "5-")  # an open end stops at the last page
     with pytest.raises(InputError, match="selects no page of this document, which has 3"):
         select_pages("7-9999999", 3, 2000)
+    # any page number a person may write is one: "to the end" as a large number
+    assert select_pages("1-999999999999", 3, 2000) == ([1, 2, 3], "4-999999999999")
 
 
 def test_null_is_a_field_not_given() -> None:

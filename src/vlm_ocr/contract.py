@@ -43,7 +43,7 @@ _PREFIX_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-/]{0,199}")
 # What a segment of an output_prefix may hold (check_prefix): anything else becomes a gap.
 _NOT_IN_A_KEY = re.compile(r"[^A-Za-z0-9._-]+")
 # One part of a selection; applied to each comma-separated part alone, so time is linear.
-_PART_RE = re.compile(r"(\d{1,7})(-(\d{0,7}))?")
+_PART_RE = re.compile(r"(\d{1,18})(-(\d{0,18}))?")  # any page number a person may write
 
 
 class _Strict(BaseModel):

@@ -18,6 +18,7 @@ from .errors import InputError
 from .urls import looks_like_url, redact
 
 SHOWN_CHARS = 40  # of a text value quoted back
+MAX_NAME_CHARS = 60  # of a field's name; no field of ours is longer
 
 
 def field_problems(exc: ValidationError, model: type[BaseModel], root: str) -> list[InputError]:
@@ -25,9 +26,15 @@ def field_problems(exc: ValidationError, model: type[BaseModel], root: str) -> l
     problems = []
     for err in exc.errors():
         loc = err["loc"]
-        field = root + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc)
+        field = root + "".join(f"[{p}]" if isinstance(p, int) else f".{_name(p)}" for p in loc)
         problems.append(InputError(field, said(err, model)))
     return problems
+
+
+def _name(key: object) -> str:
+    """A field's name as given, cut short: an unknown one may be a megabyte long."""
+    name = str(key)
+    return name if len(name) <= MAX_NAME_CHARS else name[:MAX_NAME_CHARS] + "…"
 
 
 def said(err: Any, model: type[BaseModel]) -> str:
@@ -38,7 +45,7 @@ def said(err: Any, model: type[BaseModel]) -> str:
         owner = _annotation_at(model, loc[:-1])
         fields = list(owner.model_fields) if _is_model(owner) else []
         hint = ""
-        if (name := meant(str(loc[-1]), fields)) is not None:
+        if (name := meant(_name(loc[-1]), fields)) is not None:
             _, _, source = str(loc[-1]).partition("_")
             shape = _SOURCE_SHAPE.get((name, source))
             hint = f" (give it as {shape})" if shape else f" (did you mean `{name}`?)"

@@ -148,6 +148,8 @@ def read_job(argv: list[str]) -> tuple[dict[str, Any] | None, str | None]:
         job = json.loads(text)
     except ValueError as exc:
         return None, f"{where}: not JSON ({exc}); accepted: {ACCEPTED}"
+    except RecursionError:
+        return None, f"{where}: not JSON that can be read (nested too deep); accepted: {ACCEPTED}"
     if not isinstance(job, dict) or "input" not in job:
         got = 'no "input" in it' if isinstance(job, dict) else f"a JSON {type(job).__name__}"
         return None, f"{where}: {got}; accepted: {ACCEPTED}"

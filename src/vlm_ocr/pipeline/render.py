@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import math
+import re
 import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -260,8 +261,10 @@ def image_pixels(path: str) -> int:
 
 
 def _said(exc: Exception, path: str) -> str:
-    """A library's error message, without the worker's spill-file path in it."""
-    return str(exc).replace(path, "the file").replace(Path(path).name, "the file")
+    """A library's error message, without the worker's spill-file path in it, nor MuPDF's
+    error code (`code=7: cycle in page tree`)."""
+    said = re.sub(r"^code=\d+: ", "", str(exc))
+    return said.replace(path, "the file").replace(Path(path).name, "the file")
 
 
 def _check_aspect(width: float, height: float) -> None:

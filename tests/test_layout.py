@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -247,8 +248,8 @@ def test_a_whole_pdf_job_writes_document_md_and_a_selection_does_not(
 ) -> None:
     worker = new_worker(loop, make_settings(tmp_path), cpu_engine, cpu_pool)
     pdf = {"base64": b64(samples.pdf_from_pages(samples.LEGAL_PAGES))}
-    whole = run_job(loop, worker, {"pdf": pdf, "output_prefix": "doc"})
-    assert whole.document_key == "doc/document.md"
+    whole = run_job(loop, worker, {"pdf": pdf, "output_prefix": "doc", "searchable_pdf": True})
+    assert whole.document_key == "doc/document.md" and whole.searchable_pdf_key
     md = (tmp_path / "out/doc/document.md").read_text()
     texts = [(tmp_path / "out" / str(p.key)).read_text() for p in whole.pages]
     assert md == f"<!-- page 1 -->\n\n{texts[0]}\n\n<!-- page 2 -->\n\n{texts[1]}\n"
@@ -259,6 +260,10 @@ def test_a_whole_pdf_job_writes_document_md_and_a_selection_does_not(
     again = run_job(loop, worker, {"pdf": pdf, "pages": "2", "output_prefix": "doc"})
     assert again.document_key is None and again.status == "ok"
     assert not [p.name for p in (tmp_path / "out/doc").glob("document.*")]
+    assert not (tmp_path / "out/doc/searchable.pdf").exists()  # nor its searchable PDF
+    # the manifest, stored before the result is done, says the job's time up to its writing
+    manifest = json.loads((tmp_path / "out/doc/manifest.json").read_text())
+    assert 0 < manifest["timings"]["total_s"] <= again.timings["total_s"]
 
 
 # --- the searchable PDF -------------------------------------------------------------------------

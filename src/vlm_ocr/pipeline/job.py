@@ -237,8 +237,12 @@ class JobRunner:
         """Store the manifest (if it cannot be, the result says so), then presign the keys."""
         manifest = self.result(ready, whole)
         t_manifest = time.perf_counter()
+        stored = manifest.manifest()  # its time up to its own writing: the result's, near enough
+        stored["timings"] = stored.get("timings", {}) | {
+            "total_s": round(t_manifest - ready.started, 3)
+        }
         try:
-            await put_json(self.store, ready.keys.manifest, manifest.manifest())
+            await put_json(self.store, ready.keys.manifest, stored)
         except StorageError as exc:
             final = self.result(ready, whole, manifest_error=str(exc))
         else:

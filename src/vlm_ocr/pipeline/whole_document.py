@@ -72,16 +72,23 @@ class WholeDocument:
             t2 = time.perf_counter()
             await self._searchable_pdf(out, keys, doc, context)
             out.timings["searchable_pdf_s"] = round(time.perf_counter() - t2, 3)
+        else:  # an earlier job's would not be of the pages this job read
+            await self._drop(out, keys.searchable_pdf)
         return out
 
     async def _drop_document(self, out: Finished, keys: JobKeys) -> None:
         """Remove a document.md and .txt an earlier job of the whole PDF left under the prefix:
         they would contradict the pages this job read."""
+        for kind in ("md", "txt"):
+            await self._drop(out, keys.document(kind))
+
+    async def _drop(self, out: Finished, key: str) -> None:
         try:
-            for kind in ("md", "txt"):
-                await self.store.delete(keys.document(kind))
+            await self.store.delete(key)
         except StorageError as exc:
-            out.notes.append(f"an earlier document.md under this prefix may remain ({exc})")
+            out.notes.append(
+                f"an earlier {key.rpartition('/')[2]} under this prefix may remain ({exc})"
+            )
 
     async def _searchable_pdf(
         self, out: Finished, keys: JobKeys, doc: Document, context: JobContext

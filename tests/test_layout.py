@@ -324,6 +324,27 @@ def test_a_page_shown_turned_by_its_pdf_is_searchable_as_shown(
     assert_words_in_their_boxes(made, tmp_path / "out/r/page-0001.json")
 
 
+def test_a_page_read_turned_is_searchable_along_its_printed_lines(
+    tmp_path, loop, cpu_engine, cpu_pool
+) -> None:
+    # a scan lying on its side on an upright page: read turned, its lines run up the page
+    image = page_image(samples.LEGAL_PAGES[1]).rotate(90, expand=True)
+    doc = pymupdf.open()
+    page = doc.new_page(width=595, height=842)
+    page.insert_image(page.rect, stream=png_bytes(image))
+    settings = make_settings(tmp_path, auto_rotate=True)
+    worker = new_worker(loop, settings, cpu_engine, cpu_pool)
+    job = {"pdf": {"base64": b64(doc.tobytes())}, "output_prefix": "s", "searchable_pdf": True}
+    result = run_job(loop, worker, job)
+    assert result.status == "ok" and result.pages[0].rotated == 90, result.error
+    made = (tmp_path / "out/s/searchable.pdf").read_bytes()
+    with pymupdf.open(stream=made) as out:
+        lines = [ln for b in out[0].get_text("dict")["blocks"] for ln in b.get("lines", [])]
+        assert lines and all(ln["dir"] == (0.0, -1.0) for ln in lines)  # up, as printed
+        assert out[0].search_for("landlord")
+    assert_words_in_their_boxes(made, tmp_path / "out/s/page-0001.json")
+
+
 def test_a_page_shown_cropped_is_searchable_where_its_words_are_printed(
     tmp_path, loop, cpu_engine, cpu_pool
 ) -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 import pymupdf
 from PIL import Image
 
-from ..blocks import Box, PageBlocks, unturn
+from ..blocks import Box, PageBlocks
 from ..contract import PageReport
 from ..errors import PageError
 from ..pdf_file import open_pdf
@@ -43,11 +43,15 @@ _SKIPPED = {"figure"}  # what a figure block says describes it; it is not printe
 @dataclass(frozen=True)
 class Overlay:
     """What to lay over one page: text in boxes (points, the page as printed), or the whole
-    page's text when there are no boxes."""
+    page's text when there are no boxes. A page read turned `turn` degrees clockwise has its
+    boxes in points of the page as read (`upright`: its size), where its lines run across, and
+    is laid turned back onto the page as printed, so that its lines run as printed."""
 
     number: int
     boxes: tuple[tuple[Box, str], ...] = ()
     text: str = ""
+    turn: int = 0
+    upright: tuple[float, float] = (0.0, 0.0)
     #: a job of images: the page image as it was rendered (its spill file)
     image: str | None = None
     #: a job of images: why this image has no picture to show (its page then says so, and the
@@ -156,30 +160,62 @@ def _missing_page(doc: pymupdf.Document, overlay: Overlay) -> None:
 
 
 def _lay(page: pymupdf.Page, overlay: Overlay, font: pymupdf.Font) -> bool:
-    writer = pymupdf.TextWriter(page.rect)
     boxes = overlay.boxes
     if not boxes and overlay.text.strip():
         r = page.rect
         margin = min(r.width, r.height) * 0.05
         boxes = (((r.x0 + margin, r.y0 + margin, r.x1 - margin, r.y1 - margin), overlay.text),)
-    wrote = False
-    for box, text in boxes:
-        lines = [ln for ln in text.splitlines() if ln.strip()]
-        x0, y0, x1, y1 = box
-        if not lines or x1 - x0 < 1 or y1 - y0 < 1:
-            continue
-        band = (y1 - y0) / len(lines)
-        # one size a block, its longest line across its width: a block's lines are set alike,
-        # so each of the others then ends about where it is printed, not stretched to the box
-        longest = max(font.text_length(line, fontsize=1) for line in lines) or 1.0
-        size = max(1.0, min(band * 0.9, (x1 - x0) / longest))
-        for n, line in enumerate(lines):
-            baseline = y0 + band * n + (band + size * 0.7) / 2  # the line's middle
-            writer.append((x0, baseline), line, font=font, fontsize=size)
-            wrote = True
-    if wrote:
+    laid = [line for box, text in boxes for line in _lines(box, text, font)]
+    if not laid:
+        return False
+    turn = overlay.turn % 360
+    if not turn:
+        writer = pymupdf.TextWriter(page.rect)
+        for start, line, size in laid:
+            writer.append(start, line, font=font, fontsize=size)
         writer.write_text(page, render_mode=3)
-    return wrote
+        return True
+    # a page read turned: each line turned back about its start, which is where the turn puts
+    # it on the page as printed, so that it runs as its print does
+    for start, line, size in laid:
+        at = _printed(start, turn, overlay.upright)
+        writer = pymupdf.TextWriter(page.rect)
+        writer.append(at, line, font=font, fontsize=size)
+        writer.write_text(page, render_mode=3, morph=(at, pymupdf.Matrix(_ANGLE[turn])))
+    return True
+
+
+def _lines(box: Box, text: str, font: pymupdf.Font) -> list[tuple[tuple[float, float], str, float]]:
+    """A block's lines, each with where it starts (its baseline) and its size."""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    x0, y0, x1, y1 = box
+    if not lines or x1 - x0 < 1 or y1 - y0 < 1:
+        return []
+    band = (y1 - y0) / len(lines)
+    # one size a block, its longest line across its width: a block's lines are set alike, so
+    # each of the others then ends about where it is printed, not stretched to the box
+    longest = max(font.text_length(line, fontsize=1) for line in lines) or 1.0
+    size = max(1.0, min(band * 0.9, (x1 - x0) / longest))
+    return [
+        ((x0, y0 + band * n + (band + size * 0.7) / 2), line, size)  # the line's middle
+        for n, line in enumerate(lines)
+    ]
+
+
+# the turn a page was read at, clockwise, undone: text running across the page as read runs up
+# the page as printed after a turn of 90, down it after 270
+_ANGLE = {90: 90, 180: 180, 270: -90}
+
+
+def _printed(point: tuple[float, float], turn: int, upright: tuple[float, float]) -> pymupdf.Point:
+    """A point of the page as read, on the page as printed (as `blocks.unturn` maps a box)."""
+    x, y = point
+    width, height = upright
+    if turn == 90:
+        return pymupdf.Point(y, width - x)
+    if turn == 180:
+        return pymupdf.Point(width - x, height - y)
+    return pymupdf.Point(height - y, x)
 
 
 # --- in the worker --------------------------------------------------------------------------
@@ -200,25 +236,35 @@ async def overlays(store: Store, pages: list[PageReport], images: Path | None) -
                 doc = PageBlocks.model_validate(
                     json.loads(await store.read_text(report.blocks_key))
                 )
-                return Overlay(report.page, boxes=_boxes(doc, image is not None), image=image)
+                return _blocks_overlay(report.page, doc, image)
             return Overlay(report.page, text=plain(await store.read_text(report.key)), image=image)
 
     return list(await asyncio.gather(*(one(p) for p in pages)))
 
 
-def _boxes(doc: PageBlocks, image_page: bool) -> tuple[tuple[Box, str], ...]:
-    out = []
+def _blocks_overlay(number: int, doc: PageBlocks, image: str | None) -> Overlay:
+    """The page's blocks in points: of the page as printed (`box_pt`, or for an image the image
+    as rendered, at IMAGE_DPI), or of the page as read where it was read turned."""
+    turn = (doc.rotated or 0) % 360
+    if image is not None:
+        upright = (doc.width * 72 / IMAGE_DPI, doc.height * 72 / IMAGE_DPI)
+    elif doc.pdf_size is not None:
+        shown_w, shown_h = doc.pdf_size
+        upright = (shown_h, shown_w) if turn % 180 else (shown_w, shown_h)
+    else:
+        turn, upright = 0, (0.0, 0.0)
+    sx, sy = upright[0] / doc.width, upright[1] / doc.height
+    boxes = []
     for block in doc.blocks:
         text = plain(block.content)
         if block.kind in _SKIPPED or not text or block.box is None:
             continue
-        if image_page:  # the image as rendered, before any turn; pixels at IMAGE_DPI
-            x0, y0, x1, y1 = unturn(block.box, doc.rotated or 0, doc.width, doc.height)
-            k = 72 / IMAGE_DPI
-            out.append(((x0 * k, y0 * k, x1 * k, y1 * k), text))
+        if turn or image is not None:
+            x0, y0, x1, y1 = block.box
+            boxes.append(((x0 * sx, y0 * sy, x1 * sx, y1 * sy), text))
         elif block.box_pt is not None:
-            out.append((block.box_pt, text))
-    return tuple(out)
+            boxes.append((block.box_pt, text))
+    return Overlay(number, boxes=tuple(boxes), image=image, turn=turn, upright=upright)
 
 
 async def make(

@@ -4,6 +4,7 @@ pages are read, and Ctrl-C."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import os
@@ -18,7 +19,7 @@ import pymupdf
 from PIL import Image
 
 from vlm_ocr import samples
-from vlm_ocr.cli.local_files import folder_name, result_folders
+from vlm_ocr.cli.local_files import Held, LocalFile, folder_name, result_folders
 from vlm_ocr.cli.progress import CLEAR, PageProgress
 from vlm_ocr.cli.run import summary
 from vlm_ocr.contract import JobResult, PageItem, PageReport, Totals, check_prefix
@@ -172,7 +173,7 @@ def test_each_file_has_a_folder_of_its_own_and_a_rerun_finds_it_again(tmp_path: 
     assert all(digest.fullmatch(f) for f in folders[:2]), folders
     said = dict(re.findall(r"^(\S+): .*\n  folder:   file://\S+/results/(\S+)", proc.stdout, re.M))
     assert said["sub/two.pdf"] == "two-2" and said["scan.png"] == "scan-2", proc.stdout
-    assert "two-2 (not two: another file of this run has that folder)" in proc.stdout
+    assert "two-2 (not two: it holds another file's results)" in proc.stdout
     for name, first in SAME_NAMES.items():  # each folder holds its own file's results alone
         folder = tmp_path / "results" / said[name]
         manifest = json.loads((folder / "manifest.json").read_text())
@@ -199,8 +200,34 @@ def test_a_folder_name_is_what_a_key_may_hold_and_the_same_on_every_run() -> Non
     for name in (cjk, long, folder_name(Path("..pdf")), folder_name(Path("--.pdf"))):
         check_prefix(name)  # raises when the store would refuse it
     paths = [Path(p) for p in ("a.pdf", "sub/a.pdf", "a-2.pdf", "A.png", "a.pdf", "sub/A.PDF")]
+    files = [LocalFile(path, "pdf", 1, str(path)) for path in paths]
+
+    async def nothing_stored(folder: str) -> Held | None:
+        return None
+
     # a-2.pdf keeps its own name; the same file twice is one folder; case does not tell apart
-    assert result_folders(paths) == ["a", "a-3", "a-2", "A-4", "a", "A-5"]
+    folders = asyncio.run(result_folders(files, nothing_stored))
+    assert folders == ["a", "a-3", "a-2", "A-4", "a", "A-5"]
+
+
+def test_a_later_run_writes_no_files_results_over_another_s(tmp_path: Path) -> None:
+    # an archive read box by box, into one folder: each contract.pdf keeps its own results
+    for box, first in (("box1", 1), ("box2", 11), ("box0", 21)):
+        write_pdf(tmp_path / box / "contract.pdf", 3 if box == "box1" else 2, first)
+    out = ("--out", "results", "--quiet", "--json")
+    for box in ("box1", "box2"):
+        assert vlm_ocr("run", f"{box}/contract.pdf", *out, cwd=tmp_path).returncode == 0
+    # later, all three at once, in another order: each finds its own folder, and reuses it
+    proc = vlm_ocr(
+        "run", "box0/contract.pdf", "box1/contract.pdf", "box2/contract.pdf", *out, cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = [json.loads(r) for r in re.split(r"(?m)^(?=\{)", proc.stdout) if r.strip()]
+    assert [r["prefix"] for r in results] == ["contract-3", "contract", "contract-2"]
+    assert [all(p["reused"] for p in r["pages"]) for r in results] == [False, True, True]
+    for folder, first, pages in (("contract", 1, 3), ("contract-2", 11, 2), ("contract-3", 21, 2)):
+        text = (tmp_path / "results" / folder / "document.md").read_text()
+        assert reference(first) in text and text.count("<!-- page") == pages, folder
 
 
 def test_out_must_be_a_folder_named_before_the_engine_starts(tmp_path: Path) -> None:

@@ -488,6 +488,12 @@ class JobResult(BaseModel):
     searchable_pdf_key: str | None = Field(
         None, description="searchable.pdf, when the job asked for it."
     )
+    input_sha256: str | None = Field(
+        None,
+        description="Which document the results are of, whatever its name: the SHA-256 of the "
+        "PDF (or TIFF) as the job received it; of images, the SHA-256 of their SHA-256s in "
+        "order (hex, joined), when every image was fetched.",
+    )
     pages: list[PageReport] = Field(default_factory=list)
     totals: Totals = Field(default_factory=Totals)
     timings: dict[str, float] = Field(default_factory=dict)

@@ -8,10 +8,20 @@ a PDF here, so they agree on its pages.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 
 import pymupdf
+
+
+def file_sha256(path: str | Path) -> str:
+    """A file's SHA-256, read a megabyte at a time: which document it is, whatever its name."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def is_pdf(head: bytes) -> bool:

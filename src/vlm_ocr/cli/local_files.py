@@ -6,9 +6,11 @@ a typo should not. Each file's folder in the store is named here too (`result_fo
 
 from __future__ import annotations
 
+import hashlib
 import re
 import stat
 import tempfile
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -17,6 +19,7 @@ from PIL import Image, UnidentifiedImageError
 
 from ..contract import JobInput, key_name
 from ..errors import InputError, PageError
+from ..pdf_file import file_sha256
 from ..pipeline import render
 from ..settings import Settings
 
@@ -42,6 +45,15 @@ class LocalFile:
     kind: Kind
     #: the pages its job will read
     pages: int
+    #: which document it is, as its job's result will say (`JobResult.input_sha256`)
+    sha256: str = ""
+
+
+def input_sha256(path: Path, kind: Kind) -> str:
+    """The `input_sha256` its job's result will have: a PDF's (a TIFF's) own SHA-256, or for
+    an image the SHA-256 of its SHA-256."""
+    own = file_sha256(path)
+    return own if kind == "pdf" else hashlib.sha256(own.encode()).hexdigest()
 
 
 def file_kind(path: Path) -> Kind | None:
@@ -89,8 +101,9 @@ def check_file(path: Path, pages: str | None, settings: Settings) -> LocalFile |
     try:
         if kind == "image":
             render.open_image(str(path), settings.render.max_image_pixels).close()
-            return LocalFile(path, kind, 1)
-        return LocalFile(path, kind, _pdf_pages(path, pages, settings.job.max_pages_per_job))
+            return LocalFile(path, kind, 1, input_sha256(path, kind))
+        count = _pdf_pages(path, pages, settings.job.max_pages_per_job)
+        return LocalFile(path, kind, count, input_sha256(path, kind))
     except PageError as exc:
         return f"{path}: {exc.message}"
     except InputError as exc:
@@ -134,27 +147,43 @@ def folder_name(path: Path) -> str:
     return key_name(path.stem, limit=FOLDER_CHARS)
 
 
-def result_folders(paths: list[Path]) -> list[str]:
-    """Each file's results folder, in the order given. Two files of one run never share one:
-    the first keeps its name, a later one of the same name (two.pdf and sub/two.pdf, scan.png
-    and scan.pdf) takes the name with -2, -3, … (a file given twice is one folder). The same
-    command gets the same folders again, so a re-run finds and reuses what is stored."""
-    names = [folder_name(path) for path in paths]
+@dataclass(frozen=True)
+class Held:
+    """Whose results a folder holds, by the manifest an earlier job left there."""
+
+    sha256: str | None  # `JobResult.input_sha256`; None from a worker that did not say it
+    names: frozenset[str]  # the files its pages came from
+
+    def of(self, file: LocalFile) -> bool:
+        return self.sha256 == file.sha256 if self.sha256 else file.path.name in self.names
+
+
+async def result_folders(
+    files: list[LocalFile], held: Callable[[str], Awaitable[Held | None]]
+) -> list[str]:
+    """Each file's results folder, in the order given: its name, or the name with -2, -3, …
+    where that folder is another file's, of this run (two.pdf and sub/two.pdf, scan.png and
+    scan.pdf) or of an earlier one (`held`: by the manifest there); a file given twice is one
+    folder. So a file finds its own folder again, whatever else a later command names, and
+    reuses what is stored there, and no file's results are written over another's."""
+    names = [folder_name(file.path) for file in files]
     own = {name.casefold() for name in names}  # a folder on macOS is the same in any case
     taken: set[str] = set()
     by_file: dict[Path, str] = {}
     folders = []
-    for path, name in zip(paths, names, strict=True):
-        folder = by_file.get(path.resolve())
+    for file, name in zip(files, names, strict=True):
+        folder = by_file.get(file.path.resolve())
         n = 1
         while folder is None:
             candidate = name if n == 1 else f"{name}-{n}"
             key = candidate.casefold()
             if key not in taken and (n == 1 or key not in own):
-                folder = candidate
+                earlier = await held(candidate)
+                if earlier is None or earlier.of(file):
+                    folder = candidate
             n += 1
         taken.add(folder.casefold())
-        by_file[path.resolve()] = folder
+        by_file[file.path.resolve()] = folder
         folders.append(folder)
     return folders
 

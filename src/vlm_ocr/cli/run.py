@@ -25,7 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..contract import JobResult
 from ..settings import Settings
+from ..storage import JobKeys, ObjectMissing
 from .local_files import (
+    Held,
     LocalFile,
     check_file,
     check_options,
@@ -197,7 +199,18 @@ async def run_files(
     """Each file as one job in its own folder, in turn, its summary printed as it ends; how
     many failed."""
     failed = 0
-    for file, folder in zip(files, result_folders([f.path for f in files]), strict=True):
+
+    async def held(folder: str) -> Held | None:
+        try:
+            manifest = json.loads(await worker.store.read_text(JobKeys(folder).manifest))
+        except ObjectMissing:
+            return None
+        except ValueError:  # not a manifest of ours: the folder is not this file's
+            return Held("?", frozenset())
+        names = frozenset(str(page.get("source")) for page in manifest.get("pages") or [])
+        return Held(manifest.get("input_sha256"), names)
+
+    for file, folder in zip(files, await result_folders(files, held), strict=True):
         options = job_options(args)
         if file.kind == "image":
             options.pop("pages", None)
@@ -209,7 +222,7 @@ async def run_files(
         if args.json:
             print(json.dumps(result.wire(), ensure_ascii=False, indent=2), flush=True)
         else:
-            shared = folder != folder_name(file.path)
+            shared = folder != folder_name(file.path)  # another file's results are there
             print(summary(file.path, result, worker.store.uri, shared=shared), flush=True)
     return failed
 
@@ -252,7 +265,7 @@ def summary(path: Path, result: JobResult, uri: Any, *, shared: bool = False) ->
         f"{path}: {t.ok}/{t.pages} pages ok{reused}, {t.chars} characters, "
         f"{result.timings['total_s']:.1f} s -> {uri(result.manifest_key or result.prefix)}"
     ]
-    note = f" (not {folder_name(path)}: another file of this run has that folder)" if shared else ""
+    note = f" (not {folder_name(path)}: it holds another file's results)" if shared else ""
     lines.append(f"  {'folder:':<10}{uri(result.prefix)}{note}")
     for page in result.pages:
         lines.append(

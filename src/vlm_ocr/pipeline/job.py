@@ -219,6 +219,7 @@ class JobRunner:
             manifest_key=None if manifest_error else keys.manifest,
             document_key=whole.document_key,
             searchable_pdf_key=whole.searchable_pdf_key,
+            input_sha256=document.input_sha256,
             pages=pages,
             totals=Totals.of(pages),
             timings=timings | whole.timings,

@@ -13,6 +13,7 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import hashlib
 import re
 import shutil
 import tempfile
@@ -26,6 +27,7 @@ from ..blocks import Box
 from ..contract import JobInput, Source, parse_selection
 from ..errors import InputError, PageError, RenderTimeout, StorageError
 from ..images import Budget, PageImage
+from ..pdf_file import file_sha256
 from ..settings import FetchSettings, RenderSettings
 from ..storage import BucketInputs, ObjectMissing, ObjectTooLarge
 from . import render
@@ -285,8 +287,19 @@ class Document:
     notes: list[str] = field(default_factory=list)
     #: the PDF, spilled (a job of a PDF)
     pdf_path: Path | None = None
+    #: the SHA-256 of the PDF as received, or of each image ("" until it is fetched)
+    sha256s: list[str] = field(default_factory=list)
     #: the job reads every page of a PDF
     whole: bool = False
+
+    @property
+    def input_sha256(self) -> str | None:
+        """Which document this is (`JobResult.input_sha256`)."""
+        if self.pdf_path is not None:
+            return self.sha256s[0]
+        if not self.sha256s or not all(self.sha256s):
+            return None
+        return hashlib.sha256("".join(self.sha256s).encode()).hexdigest()
 
     def close(self) -> None:
         self.files.close()
@@ -322,6 +335,7 @@ async def _load_pdf(
 ) -> Document:
     where = f"input.pdf.{src.kind}"
     path = await files.fetch(src, "input.pdf")
+    sha256 = await asyncio.to_thread(file_sha256, path)  # as received: a TIFF is made a PDF
     try:
         info = await rendering.pdf_info(path)
     except PageError as exc:
@@ -333,7 +347,11 @@ async def _load_pdf(
         return PageRef(n, label, lambda ready: rendering.pdf_page(path, n, budget, ready))
 
     doc = Document(
-        [page(n) for n in chosen], files, pdf_path=path, whole=len(chosen) == info.page_count
+        [page(n) for n in chosen],
+        files,
+        pdf_path=path,
+        sha256s=[sha256],
+        whole=len(chosen) == info.page_count,
     )
     if beyond:
         doc.problems.append(
@@ -356,6 +374,8 @@ async def _load_pdf(
 def _image_pages(
     images: list[Source], budget: Budget, files: JobFiles, rendering: Rendering
 ) -> Document:
+    sha256s = [""] * len(images)
+
     def page(index: int, src: Source) -> PageRef:
         async def make(ready: Ready) -> PageImage:
             field = f"input.images[{index}]"
@@ -364,6 +384,7 @@ def _image_pages(
             except InputError as exc:
                 raise PageError("fetch", str(exc)) from None
             try:
+                sha256s[index] = await asyncio.to_thread(file_sha256, path)
                 return await rendering.image(path, budget, ready)
             except RenderTimeout as exc:
                 raise RenderTimeout(f"{field}: {exc.message}") from None
@@ -374,7 +395,7 @@ def _image_pages(
 
         return PageRef(index + 1, src.label(), make)
 
-    return Document([page(i, s) for i, s in enumerate(images)], files)
+    return Document([page(i, s) for i, s in enumerate(images)], files, sha256s=sha256s)
 
 
 def select_pages(text: str | None, page_count: int, max_pages: int) -> tuple[list[int], str]:

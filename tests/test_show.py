@@ -7,6 +7,7 @@ through the contract's models), with blocks whose text is known, so what is draw
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import pymupdf
@@ -285,6 +286,26 @@ def test_a_folder_holding_job_folders_names_them(tmp_path: Path, capsys, monkeyp
     assert capsys.readouterr().err.endswith(
         "RESULTS: r1 holds no manifest.json, but job folders are inside it: give one of them as "
         "RESULTS (r1/three, r1/two)\n"
+    )
+
+
+def test_a_folder_submit_wrote_names_its_jobs_in_the_bucket(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "contract-aa73902021bb").mkdir()
+    parts = [
+        {"first": 1, "last": 50, "manifest_key": "ocr/documents/c/pages-0001-0050/manifest.json"},
+        {"first": 51, "last": 60, "manifest_key": "ocr/documents/c/pages-0051-0060/manifest.json"},
+    ]
+    document = {"source": "box1/contract.pdf", "parts": parts}
+    (tmp_path / "contract-aa73902021bb/document.json").write_text(json.dumps(document))
+    assert cli.main(["review", "contract-aa73902021bb"]) == 2
+    assert capsys.readouterr().err.endswith(
+        "RESULTS: contract-aa73902021bb holds no manifest.json: it is the folder `vlm-ocr "
+        "submit` wrote for box1/contract.pdf, whose jobs' results are in the bucket; give one "
+        "of them as RESULTS, with the bucket settings (ocr/documents/c/pages-0001-0050, "
+        "ocr/documents/c/pages-0051-0060)\n"
     )
 
 

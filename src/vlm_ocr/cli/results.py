@@ -80,6 +80,25 @@ def jobs_below(path: Path, named: int = NAMED) -> str:
     return give_one([str(d) for d in found[:named]], len(found) - named)
 
 
+def submitted_jobs(path: Path, named: int = NAMED) -> str:
+    """Where the jobs are of a document whose folder `vlm-ocr submit --out` wrote (its
+    document.json names them, in the bucket), as the rest of a sentence; "" for another folder."""
+    try:
+        document = json.loads((path / "document.json").read_text(encoding="utf-8"))
+        keys = [str(p["manifest_key"]) for p in document["parts"] if p.get("manifest_key")]
+    except (OSError, ValueError, TypeError, KeyError):
+        return ""
+    if not keys:
+        return ""
+    jobs = [key.removesuffix("/manifest.json") for key in keys]
+    more = f" and {len(jobs) - named:,} more" if len(jobs) > named else ""
+    return (
+        f": it is the folder `vlm-ocr submit` wrote for {document.get('source', 'a document')}, "
+        "whose jobs' results are in the bucket; give one of them as RESULTS, with the bucket "
+        f"settings ({', '.join(jobs[:named])}{more})"
+    )
+
+
 def give_one(found: list[str], more: int = 0) -> str:
     """The rest of a sentence naming the job folders `found` inside RESULTS (and `more` others),
     saying to give one; "" when there are none."""
@@ -202,7 +221,7 @@ class Results:
         if (path / "manifest.json").is_file():
             return cls(LocalStore(path), "manifest.json", folder=True)
         if path.is_dir() or folder is not None:
-            said = jobs_below(path) or f"; accepted: {ACCEPTED}"
+            said = jobs_below(path) or submitted_jobs(path) or f"; accepted: {ACCEPTED}"
             raise UsageError("RESULTS", f"{path} holds no manifest.json{said}")
         if path.is_file():
             raise UsageError("RESULTS", f"{path} is a file; accepted: {ACCEPTED}")

@@ -7,8 +7,10 @@
     result: verdict (from the page reports and what stopped the job) ─► JobResult
     publish: the manifest stored ─► presigned URLs ─► the JobResult returned
 
-A job that cannot start (bad input, a prefix another job is writing, JSON asked of an engine
-that cannot answer it) is refused with a `JobResult` of the same shape as any failed job. A job
+A job that cannot start is refused with a `JobResult` of the same shape as any failed job
+(`refuse`): here, input the document or the engine cannot serve (a document that cannot be
+read, JSON asked of an engine that cannot answer it); before it comes here, in `Worker.run`,
+input that does not parse and a prefix another job is writing. A job
 stopped from outside while its pages run leaves a manifest of the pages done
 (`leave_a_manifest`).
 

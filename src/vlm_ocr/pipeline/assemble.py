@@ -42,9 +42,6 @@ class Parts:
     cpu_models: CpuModels
     #: pages at the engine at once, across jobs
     engine_slots: int
-    #: rendered pages held at once, across jobs: those at the engine and a few ready to go
-    rendered_slots: int
-    pages: PageSequence
     jobs: JobRunner
 
 
@@ -101,6 +98,7 @@ def assemble(
         layout=settings.cpu_models.cpu_layout,
     )
     engine_slots = settings.job.max_concurrent_pages or engine.default_concurrency
+    # rendered pages held at once, across jobs: those at the engine and a few ready to go
     rendered_slots = engine_slots + 2 * pool.size
     pages = page_sequence(
         settings, engine, store, rendering, cpu_models, slots=(engine_slots, rendered_slots)
@@ -123,7 +121,7 @@ def assemble(
         whole=WholeDocument(store, pool, timeout_s=render.render_timeout_s),
         limits=limits,
     )
-    return Parts(pool, own_pool, cpu_models, engine_slots, rendered_slots, pages, jobs)
+    return Parts(pool, own_pool, cpu_models, engine_slots, jobs)
 
 
 def page_sequence(

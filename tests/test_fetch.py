@@ -51,6 +51,10 @@ def fetch(url: str, *, allow_private: bool = False, max_bytes: int = 10_000, tim
         ("2002:a9fe:a9fe::1", "link-local address 169.254.169.254"),  # 6to4
         ("2001:0:4136:e378:8000:63bf:f5fe:fefe", "private address 10.1.1.1"),  # Teredo
         ("64:ff9b::a01:203", "private address 10.1.2.3"),  # NAT64
+        ("64:ff9b:1::7f00:1", "loopback address 127.0.0.1"),  # local-use NAT64
+        ("::127.0.0.1", "loopback address 127.0.0.1"),  # IPv4-compatible
+        ("::ffff:0:7f00:1", "loopback address 127.0.0.1"),  # IPv4-translated
+        ("192.0.0.8", "non-public address"),  # IETF protocol assignments
         ("fd00::1", "private address"),
         ("224.0.0.1", "address"),
     ],
@@ -63,6 +67,7 @@ def test_refused_addresses(addr: str, says: str) -> None:
 
 def test_public_addresses_pass() -> None:
     assert blocked("1.1.1.1") is None and blocked("2606:4700:4700::1111") is None
+    assert blocked("64:ff9b:1::101:101") is None and blocked("192.0.0.9") is None
 
 
 @pytest.mark.parametrize(

@@ -1,10 +1,12 @@
 """Download a job's file from an https URL, safely.
 
-Only public https targets are fetched: every redirect hop is checked, and so is the address the
-connection actually reached (a host name that resolves to a private address is refused even if it
-changed between the check and the connect). An address is public when Python calls it global
-(`is_global`), and addresses that embed an IPv4 address (mapped, 6to4, Teredo, NAT64) are judged
-by that address. The body streams into a file against a size and a time limit. URLs are shown
+Only public https targets are fetched: every redirect hop is checked before it is fetched, and
+so is the address the connection reached, once it answers (a host name that resolved to a public
+address for the check and to a private one for the connect meets that address's TLS, which does
+not hold the name's certificate, and is refused). An address is public when Python calls it
+global (`is_global`) and it is not in IANA's 192.0.0.0/24, and addresses that embed an IPv4
+address (mapped, compatible, translated, 6to4, Teredo, NAT64 of either prefix) are judged by
+that address. The body streams into a file against a size and a time limit. URLs are shown
 without their credentials and query (`redact`), which may hold tokens.
 """
 
@@ -33,7 +35,14 @@ class DownloadTimeout(InputError):
 # httpx logs every request line with its full URL, credentials and query included.
 logging.getLogger("httpx").setLevel(logging.WARNING)
 logging.getLogger("httpcore").setLevel(logging.INFO)
-_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+# IPv6 ranges whose last 32 bits are an IPv4 address: NAT64 (well-known and local-use),
+# IPv4-compatible (deprecated, but routed by some stacks) and IPv4-translated
+_EMBEDDING = tuple(
+    ipaddress.ip_network(n) for n in ("64:ff9b::/96", "64:ff9b:1::/48", "::/96", "::ffff:0:0:0/96")
+)
+# IANA's IETF protocol assignments: not globally reachable, but for two anycast addresses
+_PROTOCOL = ipaddress.ip_network("192.0.0.0/24")
+_PROTOCOL_GLOBAL = {ipaddress.ip_address("192.0.0.9"), ipaddress.ip_address("192.0.0.10")}
 
 
 def blocked(addr: str) -> str | None:
@@ -43,8 +52,10 @@ def blocked(addr: str) -> str | None:
         for embedded in (ip.ipv4_mapped, ip.sixtofour, ip.teredo and ip.teredo[1]):
             if embedded:
                 return blocked(str(embedded))
-        if ip in _NAT64:
+        if int(ip) > 1 and any(ip in net for net in _EMBEDDING):  # `::` and `::1` are IPv6's
             return blocked(str(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)))
+    if ip in _PROTOCOL and ip not in _PROTOCOL_GLOBAL:
+        return f"non-public address {ip}"
     if ip.is_global and not ip.is_multicast:
         return None
     kind = next(

@@ -333,6 +333,12 @@ def test_a_page_tree_that_counts_more_pages_than_it_holds_makes_no_pages_of_noth
     ]
 
 
+def test_a_page_count_mupdf_refuses_to_take_is_walked_too(run) -> None:
+    result = run({"pdf": {"base64": b64(_miscounted(1, 999_999_999))}})  # past MuPDF's bound
+    assert result.status == "ok" and len(result.pages) == 1
+    assert result.notes[0].startswith("the PDF's page tree says it has 999999999 pages but holds 1")
+
+
 def test_a_page_tree_that_cannot_be_walked_is_taken_at_its_count() -> None:
     doc = pymupdf.open("pdf", _miscounted(2, 2))
     root = int(doc.xref_get_key(doc.pdf_catalog(), "Pages")[1].split()[0])

@@ -42,9 +42,13 @@ def recount(doc: pymupdf.Document) -> int | None:
     last pages and too high makes pages of nothing."""
     if doc.needs_pass:
         return None
-    said = doc.page_count
     counts = _tree_counts(doc)
-    if counts is None or counts[0][1] == said:
+    if counts is None:
+        return None
+    root, held = counts[0]
+    kind, value = doc.xref_get_key(root, "Count")  # MuPDF refuses to count past a billion
+    said = int(value) if kind == "int" else 0
+    if held == said:
         return None
     for node, held in counts:
         doc.xref_set_key(node, "Count", str(held))

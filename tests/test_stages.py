@@ -23,7 +23,8 @@ from vlm_ocr.engines.reading import Reading
 from vlm_ocr.errors import EngineError, JobStop, PageError, StorageError
 from vlm_ocr.images import Budget, PageImage
 from vlm_ocr.pipeline.render import pdf_page_image
-from vlm_ocr.pipeline.sources import PageRef, Rendering
+from vlm_ocr.pipeline.rendering import Rendering
+from vlm_ocr.pipeline.sources import PageRef
 from vlm_ocr.pipeline.stages.fetch_render import FetchRender
 from vlm_ocr.pipeline.stages.layout import Layout
 from vlm_ocr.pipeline.stages.recognize import Recognize

@@ -25,7 +25,7 @@ from typing import Any, NoReturn, TextIO
 from ..contract import JobInput, JobResult, Source
 from ..errors import InputError, InputErrors
 from ..pipeline.fetch import url_target
-from ..pipeline.sources import NO_BUCKET, check_inline_pdf
+from ..pipeline.job_files import NO_BUCKET, check_inline_pdf
 from ..settings import Settings
 from .sdk_log import quiet_sdk
 

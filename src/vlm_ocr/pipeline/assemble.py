@@ -18,7 +18,7 @@ from .cpu_models import CpuModels
 from .cpu_pool import CpuPool
 from .job import JobLimits, JobRunner
 from .page import PageSequence
-from .sources import Rendering
+from .rendering import Rendering
 from .stages.fetch_render import FetchRender
 from .stages.layout import Layout
 from .stages.recognize import Recognize

@@ -37,8 +37,10 @@ from ..images import BLANK_DETECTOR, LOW_DPI, Budget
 from ..prompts import Prompt
 from ..settings import FetchSettings
 from ..storage import BucketInputs, JobKeys, Store, put_json
+from .job_files import JobFiles
 from .page import PageSequence
-from .sources import Document, JobFiles, PageRef, Rendering, load_document
+from .rendering import Rendering
+from .sources import Document, PageRef, load_document
 from .state import JobContext, Progress
 from .verdict import verdict
 from .whole_document import Finished, WholeDocument

@@ -12,7 +12,7 @@ import time
 from ...blocks import PageBlocks, markdown, printed_size, with_points
 from ...errors import PageError
 from ...storage import JobKeys
-from ..sources import Rendering
+from ..rendering import Rendering
 from ..state import Figure, PageLayout, PageWork
 
 MAX_FIGURES = 50  # cut from one page; a page with more is a model that ran away

@@ -11,7 +11,7 @@ import time
 from ...engines.base import Engine, Recognition
 from ...errors import EngineError, JobStop, PageError
 from ...images import PageImage
-from ..sources import Rendering
+from ..rendering import Rendering
 from ..state import PageWork
 
 MAX_TURNS = 3

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from ..cpu_models import CpuModels
-from ..sources import Rendering
+from ..rendering import Rendering
 from ..state import PageWork
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -23,8 +24,10 @@ from typing import Any, BinaryIO, Protocol
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from .errors import StorageError
-from .settings import BucketSettings
+from .errors import ConfigError, StorageError
+from .settings import BucketSettings, Settings
+
+log = logging.getLogger(__name__)
 
 TEXT_TYPE = "text/markdown; charset=utf-8"  # a page's text, document.md
 PLAIN_TYPE = "text/plain; charset=utf-8"  # document.txt
@@ -474,4 +477,57 @@ def _code(exc: Exception) -> str | None:
     response = getattr(exc, "response", None)
     if isinstance(response, dict):
         return str(response.get("Error", {}).get("Code") or "") or None
+    return None
+
+
+# --- which store ---------------------------------------------------------------------------
+
+
+def open_store(
+    settings: Settings, out_dir: Path | None = None
+) -> tuple[Store, BucketInputs | None]:
+    """The result store and the reader of inputs named by key. Results go to the bucket when
+    bucket settings are present, unless a local folder is asked for; keys are read from the
+    bucket whenever one is configured."""
+    bucket_settings = settings.bucket
+    if not bucket_settings.configured:
+        return local_store(out_dir, settings), None
+    bucket = Bucket.from_settings(bucket_settings)
+    if out_dir is not None:
+        return local_store(out_dir, settings), BucketInputs(bucket)
+    log.info("store: s3://%s/%s", bucket_settings.bucket_name, bucket_settings.bucket_prefix)
+    return S3Store.from_settings(bucket_settings, bucket), BucketInputs(bucket)
+
+
+def local_store(out_dir: Path | None, settings: Settings) -> LocalStore:
+    """The results folder, made now: one that cannot be written refuses every job at start,
+    not each page as it is stored."""
+    root = out_dir or settings.job.output_dir
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        why = cannot_write(root)
+    except (OSError, ValueError) as exc:
+        why = str(exc)
+    if why is not None:
+        name = "the results folder" if out_dir else "OUTPUT_DIR"
+        raise ConfigError(
+            f"{name}={str(root)!r}: it cannot be written ({why}); accepted: a folder this "
+            "worker may create and write to, or the four bucket settings (docs/settings.md)"
+        )
+    return LocalStore(root)
+
+
+def cannot_write(path: Path) -> str | None:
+    """Why `path` (a folder to write in, or a file to write again) cannot be written, or None.
+    Tried, not asked (os.access): root passes every permission check, and a read-only or
+    special file system refuses root too."""
+    try:
+        if path.is_dir():
+            with tempfile.NamedTemporaryFile(dir=path, prefix=".write-check-"):
+                pass
+        else:
+            with path.open("ab"):  # neither truncated nor changed
+                pass
+    except OSError as exc:
+        return exc.strerror or str(exc)
     return None

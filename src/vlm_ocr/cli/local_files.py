@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import re
 import stat
-import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from ..errors import InputError, PageError
 from ..pdf_file import file_sha256
 from ..pipeline import render
 from ..settings import Settings
+from ..storage import cannot_write
 
 Kind = Literal["pdf", "image"]
 ACCEPTED_FILES = "PDF, PNG, JPEG, WebP or TIFF files (.pdf, .png, .jpg, .webp, .tif, …)"
@@ -200,22 +200,6 @@ def check_out(out: str) -> str | None:
         return f"--out: {there} is a file, so {out} cannot be made; {OUT_ACCEPTED}"
     if why := cannot_write(there):
         return f"--out: {there} cannot be written ({why}); {OUT_ACCEPTED}"
-    return None
-
-
-def cannot_write(path: Path) -> str | None:
-    """Why `path` (a folder to write in, or a file to write again) cannot be written, or None.
-    Tried, not asked (os.access): root passes every permission check, and a read-only or
-    special file system refuses root too."""
-    try:
-        if path.is_dir():
-            with tempfile.NamedTemporaryFile(dir=path, prefix=".write-check-"):
-                pass
-        else:
-            with path.open("ab"):  # neither truncated nor changed
-                pass
-    except OSError as exc:
-        return exc.strerror or str(exc)
     return None
 
 

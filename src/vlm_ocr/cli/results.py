@@ -32,6 +32,7 @@ from ..storage import (
     ObjectMissing,
     S3Store,
     Store,
+    open_store,
 )
 from .usage import UsageError
 
@@ -54,9 +55,7 @@ def stores(settings: Settings) -> tuple[Store, BucketInputs | None]:
     """The store RESULTS names a prefix in, and the reader of inputs named by key: the bucket's
     when one is configured, else OUTPUT_DIR, only read (a reader makes no folder)."""
     if settings.bucket.configured:
-        from ..pipeline.assemble import make_store
-
-        return make_store(settings)
+        return open_store(settings)
     return LocalStore(settings.job.output_dir), None
 
 

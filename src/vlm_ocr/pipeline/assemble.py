@@ -1,19 +1,16 @@
-"""A worker's parts, built once, here, from its settings: the store, the render processes, the
-CPU engine's models, the rendering, a page's stages and their sequence, the whole-document pass
+"""A worker's parts, built once, here, from its settings (the store is chosen in `storage`): the
+render processes, the CPU engine's models, the rendering, a page's stages and their sequence, the whole-document pass
 and the job runner. Every part is handed what it uses and nothing more; the worker
 (`worker.py`) only holds them, starts and ends them, and lets jobs in."""
 
 from __future__ import annotations
 
 import asyncio
-import logging
 from dataclasses import dataclass
-from pathlib import Path
 
 from ..engines.base import Engine
-from ..errors import ConfigError
 from ..settings import Settings
-from ..storage import Bucket, BucketInputs, LocalStore, S3Store, Store
+from ..storage import BucketInputs, Store
 from .cpu_models import CpuModels
 from .cpu_pool import CpuPool
 from .job import JobLimits, JobRunner
@@ -28,8 +25,6 @@ from .stages.store import StoreText
 from .stages.upright import Upright
 from .whole_document import WholeDocument
 
-log = logging.getLogger(__name__)
-
 
 @dataclass(frozen=True)
 class Parts:
@@ -43,40 +38,6 @@ class Parts:
     #: pages at the engine at once, across jobs
     engine_slots: int
     jobs: JobRunner
-
-
-def make_store(
-    settings: Settings, out_dir: Path | None = None
-) -> tuple[Store, BucketInputs | None]:
-    """The result store and the reader of inputs named by key. Results go to the bucket when
-    bucket settings are present, unless a local folder is asked for; keys are read from the
-    bucket whenever one is configured."""
-    bucket_settings = settings.bucket
-    if not bucket_settings.configured:
-        return local_store(out_dir, settings), None
-    bucket = Bucket.from_settings(bucket_settings)
-    if out_dir is not None:
-        return local_store(out_dir, settings), BucketInputs(bucket)
-    log.info("store: s3://%s/%s", bucket_settings.bucket_name, bucket_settings.bucket_prefix)
-    return S3Store.from_settings(bucket_settings, bucket), BucketInputs(bucket)
-
-
-def local_store(out_dir: Path | None, settings: Settings) -> LocalStore:
-    """The results folder, made now: one that cannot be written refuses every job at start,
-    not each page as it is stored."""
-    root = out_dir or settings.job.output_dir
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        probe = root / ".write-check"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except (OSError, ValueError) as exc:
-        name = "the results folder" if out_dir else "OUTPUT_DIR"
-        raise ConfigError(
-            f"{name}={str(root)!r}: it cannot be written ({exc}); accepted: a folder this "
-            "worker may create and write to, or the four bucket settings (docs/settings.md)"
-        ) from None
-    return LocalStore(root)
 
 
 def assemble(

@@ -21,8 +21,8 @@ from ..engines.factory import make_engine
 from ..errors import InputError
 from ..images import Budget, PageImage
 from ..settings import Settings
-from ..storage import JobKeys, Store
-from .assemble import Parts, assemble, make_store
+from ..storage import JobKeys, Store, open_store
+from .assemble import Parts, assemble
 from .cpu_pool import CpuPool
 from .render import pdf_page_image
 from .state import Progress
@@ -115,7 +115,7 @@ def build_worker(
     they select unless given, the rest built by `assemble`."""
     inputs = None
     if store is None:
-        store, inputs = make_store(settings, out_dir)
+        store, inputs = open_store(settings, out_dir)
     engine = engine or make_engine(settings)
     parts = assemble(settings, engine, store, inputs=inputs, pool=pool)
     return Worker(settings, engine, store, parts)

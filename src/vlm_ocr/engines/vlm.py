@@ -76,6 +76,8 @@ class ServerHandle(Protocol):
     name: str
     base_url: str
     failure: str | None
+    #: the worker started it: its model is the worker's own and its log the worker's to show
+    owned: bool
 
     async def start(self) -> dict[str, Any]:
         """Make the server ready; returns facts about it for the engine facts."""
@@ -91,6 +93,10 @@ class ServerHandle(Protocol):
 
     def log_tail(self, lines: int = 20) -> str: ...
 
+    def warmup_failure(self, exc: EngineError) -> EngineError:
+        """The warm-up page's failure in a user's words: what to look at, or to set."""
+        ...
+
     def terminate(self) -> None:
         """Stop at once, synchronously (from a signal handler)."""
         ...
@@ -103,6 +109,7 @@ class ExternalServer:
 
     name = "openai"
     failure = None
+    owned = False
 
     def __init__(self, base_url: str | None) -> None:
         if not base_url:
@@ -120,6 +127,19 @@ class ExternalServer:
 
     def log_tail(self, lines: int = 20) -> str:
         return "(the server runs elsewhere; see its own log)"
+
+    def warmup_failure(self, exc: EngineError) -> EngineError:
+        """By the setting that names the server, for its log is not ours."""
+        where = f"the server at OPENAI_BASE_URL={self.base_url} (ENGINE=openai)"
+        if not str(exc).startswith(NO_ANSWER):  # it answered: its own word on the page
+            return EngineError(f"warm-up page failed: {where} failed it: {exc}", fatal=True)
+        cause = str(exc).removeprefix(f"{NO_ANSWER}: ").removesuffix(f" ({exc.tries} tries)")
+        return EngineError(
+            f"warm-up page failed: {where} did not answer ({cause}; {exc.tries} tries); start "
+            "that server, or set OPENAI_BASE_URL to the base URL of the OpenAI-compatible server "
+            "that runs the model",
+            fatal=True,
+        )
 
     def terminate(self) -> None:
         pass
@@ -161,7 +181,7 @@ class VlmEngine:
         self.connections = connections or self.default_concurrency
         self.attempts = family.sampling.ladder(vlm.max_attempts)
         self.max_tokens = vlm.max_tokens or family.sampling.max_tokens
-        own = server.name == "vllm"
+        own = server.owned
         self.baked = ModelFiles(model).baked() if own else None
         self.facts = EngineFacts(
             name=server.name,
@@ -247,7 +267,7 @@ class VlmEngine:
                 warmup.png, prompt, self.attempts[0], max_tokens=WARMUP_MAX_TOKENS
             )
         except EngineError as exc:
-            raise self.warmup_failed(exc) from None
+            raise self.server.warmup_failure(exc) from None
         if not answer.output_tokens:
             raise EngineError("warm-up page came back with no output tokens", fatal=True)
         if answer.reasoning or "</think>" in answer.text:
@@ -274,25 +294,6 @@ class VlmEngine:
         if self.baked is not None:
             details["baked"] = self.baked
         self.facts.details = details
-
-    def warmup_failed(self, exc: EngineError) -> EngineError:
-        """The warm-up page's failure in a user's words: a server elsewhere (ENGINE=openai) by
-        the setting that names it, for its log is not ours; our own with its log's last lines."""
-        if self.server.name != "openai":
-            tail = self.server.log_tail()
-            return EngineError(
-                f"warm-up page failed: {exc}\nlast engine log lines:\n{tail}", fatal=True
-            )
-        where = f"the server at OPENAI_BASE_URL={self.base_url} (ENGINE=openai)"
-        if not str(exc).startswith(NO_ANSWER):  # it answered: its own word on the page
-            return EngineError(f"warm-up page failed: {where} failed it: {exc}", fatal=True)
-        cause = str(exc).removeprefix(f"{NO_ANSWER}: ").removesuffix(f" ({exc.tries} tries)")
-        return EngineError(
-            f"warm-up page failed: {where} did not answer ({cause}; {exc.tries} tries); start "
-            "that server, or set OPENAI_BASE_URL to the base URL of the OpenAI-compatible server "
-            "that runs the model",
-            fatal=True,
-        )
 
     def _revision(self) -> str | None:
         """The weights' revision: the commit the image baked when it baked this model (a

@@ -103,6 +103,7 @@ class VllmServer:
     never talks to a server it did not start. Nothing runs and no port is taken until `start`."""
 
     name = "vllm"
+    owned = True
 
     def __init__(
         self,
@@ -439,6 +440,12 @@ class VllmServer:
 
     def log_tail(self, lines: int = 20) -> str:
         return "\n".join(list(self.tail)[-lines:])
+
+    def warmup_failure(self, exc: EngineError) -> EngineError:
+        """With its log's last lines: the server is ours, and its log says why."""
+        return EngineError(
+            f"warm-up page failed: {exc}\nlast engine log lines:\n{self.log_tail()}", fatal=True
+        )
 
     def terminate(self, grace_s: float = 10.0) -> None:
         """End the children's process groups now (the engine core with its launcher), from

@@ -1,7 +1,7 @@
-"""A worker's parts, built once, here, from its settings (the store is chosen in `storage`): the
-render processes, the CPU engine's models, the rendering, a page's stages and their sequence, the whole-document pass
-and the job runner. Every part is handed what it uses and nothing more; the worker
-(`worker.py`) only holds them, starts and ends them, and lets jobs in."""
+"""A worker's parts, built once, here, from its settings (the store is chosen in `storage`):
+the render processes, the CPU engine's models, the rendering, a page's stages and their
+sequence, the whole-document pass and the job runner. Every part is handed what it uses and
+nothing more; the worker (`worker.py`) only holds them, starts and ends them, and lets jobs in."""
 
 from __future__ import annotations
 

@@ -81,7 +81,8 @@ def _run_arguments(p: argparse.ArgumentParser) -> None:
         "--out",
         type=Path,
         help="also write document.json, .md and .txt here (a folder per document for a "
-        "corpus, with the corpus report)",
+        "corpus, with the corpus report; those of documents finished earlier are copied from "
+        "the bucket)",
     )
     p.add_argument(
         "--report",
@@ -298,8 +299,8 @@ def _interrupted(run: CorpusRun) -> str:
     p = run.progress
     return (
         f"interrupted: cancelled {cancelled} job(s); {p.documents['ok']} documents finished, "
-        f"{p.documents_done - p.documents['ok']} not; run again to go on (finished documents "
-        "are skipped)"
+        f"{p.documents_done - p.duplicates - p.documents['ok']} not; run again to go on "
+        "(finished documents are skipped)"
     )
 
 

@@ -45,10 +45,12 @@ class View:
     def documents(self) -> str:
         p = self.progress
         total = "" if p.documents_total is None else f"/{p.documents_total}"
-        bad = p.documents_done - p.documents["ok"]
+        bad = p.documents_done - p.duplicates - p.documents["ok"]
         extra = [f"{bad} not ok"] if bad else []
         if p.earlier:
             extra.append(f"{p.earlier} done before")
+        if p.duplicates:
+            extra.append(f"{p.duplicates} duplicate{'s' if p.duplicates > 1 else ''}")
         return f"documents {p.documents_done}{total}" + (f" ({', '.join(extra)})" if extra else "")
 
     def line(self) -> str:

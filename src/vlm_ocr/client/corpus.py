@@ -8,11 +8,17 @@ flat however long the listing is. Each document is a `Submission` (its own folde
 RunPod. The endpoint's /health is read at the start (its workers choose the default limit of
 jobs in flight) and every `health_s` after (the limit follows the workers RunPod starts, and
 their time adds up to the run's GPU time). Each document's line goes to the report as it ends.
+
+One document a folder in a run: a document listed again, or the same file (name and content) in
+another folder, has the first's folder; it waits for the first to end and is reported as its
+duplicate, nothing sent. The run keeps, for each document it ended, a digest of its folder with
+its outcome and source (a few hundred bytes a document) to tell them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from collections import Counter
@@ -30,7 +36,7 @@ from .gate import Gate, Plan
 from .listing import Corpus, LeftOut, count
 from .manifest import DocumentManifest
 from .report import DocumentLine, Report, Summary
-from .submit import Options, Shared, Submission
+from .submit import Duplicate, Options, Shared, Submission
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +63,7 @@ class Progress:
     documents_taken: int = 0
     documents: Counter[str] = field(default_factory=Counter)
     earlier: int = 0
+    duplicates: int = 0  # listed again, or the same file in another folder: not sent
     pages_expected: int = 0  # pages of the documents this run works on
     pages_stored: int = 0
     pages_failed: int = 0
@@ -77,7 +84,7 @@ class Progress:
 
     @property
     def documents_done(self) -> int:
-        return sum(self.documents.values())
+        return sum(self.documents.values()) + self.duplicates
 
     def pages_per_s(self) -> float:
         return self.pages_stored / max(time.monotonic() - self.started, 1e-9)
@@ -124,7 +131,9 @@ class CorpusRun:
         self.report = Report(copts.report)
         self.stopped: Exception | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        self._open: dict[str, asyncio.Event] = {}
+        #: the folders of the documents open now, and of those ended: (status, source)
+        self._open: dict[int, asyncio.Event] = {}
+        self._ended: dict[int, tuple[str, str]] = {}
         self._job_pages = [0, 0]  # pages and jobs of the documents this run sends
         self._worker_s: float | None = None
         self._sampled = time.monotonic()
@@ -176,19 +185,33 @@ class CorpusRun:
 
     async def _document(self, listed: Listed) -> None:
         t0 = time.monotonic()
-        name = str(listed.path.resolve()) if listed.path is not None else listed.source
         sub: Submission | None = None
+        held: list[int] = []  # the folder this document claimed, if any
+        line: DocumentLine | None = None
         try:
-            await self._claim(name)
-            sub = self._submission(listed)
+            sub = self._submission(listed, held)
             manifest = await sub.run()
             line = DocumentLine.of(
-                manifest, earlier=sub.skipped, jobs=sub.sent, seconds=time.monotonic() - t0
+                manifest,
+                earlier=sub.skipped,
+                jobs=sub.sent,
+                seconds=time.monotonic() - t0,
+                stored=sub.stored_now,
+                duplicate_of=sub.duplicate_of,
+            ).model_copy(update={"source": listed.source})  # as listed this time
+        except Duplicate as dup:
+            line = DocumentLine(
+                source=listed.source,
+                status=dup.status,  # type: ignore[arg-type]
+                duplicate_of=dup.first,
+                error=str(dup),
+                seconds=round(time.monotonic() - t0, 2),
             )
         except Refused as exc:
             line = DocumentLine.refused(listed.source, str(exc), time.monotonic() - t0)
         except asyncio.CancelledError:
-            self._finish(self._unfinished(listed, sub, "interrupted", t0), sub)
+            line = self._unfinished(listed, sub, "interrupted", t0)
+            self._finish(line, sub)
             raise
         except (EndpointError, StorageError, ValueError) as exc:
             line = self._unfinished(listed, sub, str(exc), t0)
@@ -198,11 +221,11 @@ class CorpusRun:
             log.exception("%s", listed.source)
             line = self._unfinished(listed, sub, f"{type(exc).__name__}: {exc}", t0)
         finally:
-            self._release(name)
+            self._release(held, line, listed.source)
             await self.window.__aexit__()
         self._finish(line, sub)
 
-    def _submission(self, listed: Listed) -> Submission:
+    def _submission(self, listed: Listed, held: list[int]) -> Submission:
         sub = Submission(
             listed,
             self.settings.bucket,
@@ -213,19 +236,28 @@ class CorpusRun:
             limits=self.limits,
         )
         sub.on_page = lambda page: self._page(sub, page)
+        sub.claim = lambda prefix: self._claim(prefix, held)
         return sub
 
-    async def _claim(self, name: str) -> None:
-        """One document at a time per file or key: a second listing of it waits for the
-        first, then finds it finished."""
-        while name in self._open:
-            await self._open[name].wait()
-        self._open[name] = asyncio.Event()
+    async def _claim(self, prefix: str, held: list[int]) -> tuple[str, str] | None:
+        """One document a folder in a run: the first holds it (None); another of the same
+        folder (listed again, or the same file elsewhere) waits for the first to end and gets
+        its (status, source)."""
+        key = int.from_bytes(hashlib.blake2b(prefix.encode(), digest_size=8).digest(), "big")
+        while key in self._open:
+            await self._open[key].wait()
+        if key in self._ended:
+            return self._ended[key]
+        self._open[key] = asyncio.Event()
+        held.append(key)
+        return None
 
-    def _release(self, name: str) -> None:
-        event = self._open.pop(name, None)
-        if event is not None:
-            event.set()
+    def _release(self, held: list[int], line: DocumentLine | None, source: str) -> None:
+        for key in held:
+            self._ended[key] = (line.status if line is not None else "unfinished", source)
+            event = self._open.pop(key, None)
+            if event is not None:
+                event.set()
 
     def _unfinished(
         self, listed: Listed, sub: Submission | None, error: str, t0: float
@@ -238,9 +270,14 @@ class CorpusRun:
             )
         manifest.summarise()
         line = DocumentLine.of(
-            manifest, earlier=False, jobs=sub.sent if sub else 0, seconds=seconds
+            manifest,
+            earlier=False,
+            jobs=sub.sent if sub else 0,
+            seconds=seconds,
+            stored=sub.stored_now if sub else 0,
         )
-        return line.model_copy(update={"status": "unfinished", "error": error})
+        update = {"status": "unfinished", "error": error, "source": listed.source}
+        return line.model_copy(update=update)
 
     # --- counts -----------------------------------------------------------------------------
 
@@ -263,6 +300,9 @@ class CorpusRun:
         self.summary.add(line)
         self.last_line, self.last_manifest = line, sub.manifest if sub is not None else None
         p = self.progress
+        if line.duplicate_of is not None:  # counted once, as the first
+            p.duplicates += 1
+            return
         p.documents[line.status] += 1
         if line.earlier:
             p.earlier += 1

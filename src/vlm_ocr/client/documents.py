@@ -4,9 +4,11 @@ job has, so a broken or oversized document is refused with the worker's own word
 GPU time.
 
 The checks read headers and page counts only: a PDF is opened (PyMuPDF reads its page tree), an
-image's header is read (no pixels are decoded). An object in the bucket is read by the client
-only when it is a PDF (streamed to a temporary file, to count and check its pages, then
-deleted); it is never uploaded again.
+image's header is read (no pixels are decoded). A local file is told by its header, as `vlm-ocr
+run` tells it, whatever its name says; a TIFF of several pages (a fax, a scanner's batch) is sent
+as the job's `pdf`, which the worker makes a PDF of its pages, so that every page is read. An
+object in the bucket is read by the client only when it is a PDF or a TIFF (streamed to a
+temporary file, to count and check its pages, then deleted); it is never uploaded again.
 """
 
 from __future__ import annotations
@@ -86,16 +88,14 @@ class Listed:
 
 @dataclass(frozen=True)
 class Facts:
-    """What the checks found: what kind of document, how many pages, and its identity."""
+    """What the checks found: how a job reads the document (`pdf`: a PDF, or a TIFF of several
+    pages), how many pages, its identity, and what it is (`suffix`, for its upload's name)."""
 
     kind: Kind
     page_count: int
     sha256: str | None = None
     etag: str | None = None
-
-    @property
-    def suffix(self) -> str:
-        return ".pdf" if self.kind == "pdf" else ""
+    suffix: str = ""
 
 
 def check_size(size: int, limits: Limits, what: str) -> None:
@@ -147,8 +147,44 @@ def pdf_pages(path: Path) -> int:
         return doc.page_count
 
 
-def check_image(path: Path, limits: Limits) -> None:
-    """The image's header, as the worker checks it before decoding."""
+NOT_AN_IMAGE = "the data is not an image Pillow can read; accepted: PNG, JPEG, WebP, TIFF"
+# what an image's upload is named, by its format, where its own name says otherwise
+FORMAT_SUFFIXES = {"PNG": ".png", "JPEG": ".jpg", "MPO": ".jpg", "WEBP": ".webp", "TIFF": ".tiff"}
+
+
+@dataclass(frozen=True)
+class Content:
+    """What a file holds, by its header: how a job reads it, its pages, and its suffix."""
+
+    kind: Kind
+    pages: int
+    suffix: str
+
+
+def examine(path: Path, named: Kind, limits: Limits) -> Content:
+    """The file as its header tells it (a PNG named .pdf is an image); Refused, in the words
+    the worker would use for what its name says, when it is neither a PDF nor an image."""
+    with path.open("rb") as fh:
+        head = fh.read(1024)
+    if is_pdf(head):
+        return Content("pdf", pdf_pages(path), ".pdf")
+    try:
+        fmt, frames = check_image(path, limits)
+    except Refused:
+        if named == "pdf":
+            raise Refused(NOT_A_PDF) from None
+        raise
+    suffix = path.suffix.lower()
+    if CONTENT_TYPES.get(suffix) != CONTENT_TYPES[FORMAT_SUFFIXES[fmt]]:
+        suffix = FORMAT_SUFFIXES[fmt]  # named as another kind: its upload is named as it is
+    # a TIFF's pages are its frames: sent as `pdf`, which the worker makes a PDF of them
+    return Content("pdf" if frames > 1 else "image", frames, suffix)
+
+
+def check_image(path: Path, limits: Limits) -> tuple[str, int]:
+    """The image's header, as the worker checks it before decoding: its format and its pages
+    (a TIFF's frames, each held to MAX_IMAGE_PIXELS as the worker holds them; 1 for any other
+    image, whose frames are no pages)."""
     from PIL import Image, UnidentifiedImageError
 
     try:
@@ -156,31 +192,37 @@ def check_image(path: Path, limits: Limits) -> None:
             warnings.simplefilter("ignore")
             img = Image.open(path)
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError):
-        raise Refused(
-            "the data is not an image Pillow can read; accepted: PNG, JPEG, WebP, TIFF"
-        ) from None
+        raise Refused(NOT_AN_IMAGE) from None
     with img:
         if img.format not in ACCEPTED_IMAGE_FORMATS:
             raise Refused(f"{img.format} images are not accepted; accepted: PNG, JPEG, WebP, TIFF")
-        pixels = img.width * img.height
-        if pixels > limits.max_image_pixels:
-            raise Refused(
-                f"the image is {img.width}×{img.height} = {pixels / 1e6:.0f} MP, over the "
-                f"{limits.max_image_pixels / 1e6:g} MP limit (MAX_IMAGE_PIXELS)"
-            )
+        frames = getattr(img, "n_frames", 1) if img.format == "TIFF" else 1
+        for n in range(frames):
+            if n:
+                img.seek(n)  # the next frame's header; no pixels are decoded
+            pixels = img.width * img.height
+            if pixels > limits.max_image_pixels:
+                which = f"page {n + 1} of the TIFF" if frames > 1 else "the image"
+                raise Refused(
+                    f"{which} is {img.width}×{img.height} = {pixels / 1e6:.0f} MP, over the "
+                    f"{limits.max_image_pixels / 1e6:g} MP limit (MAX_IMAGE_PIXELS)"
+                )
+        return str(img.format), frames
 
 
 def inspect_file(path: Path, kind: Kind, limits: Limits) -> int:
-    """Pages of a local document that passed its checks (an image is one page)."""
-    if kind == "pdf":
-        return pdf_pages(path)
-    check_image(path, limits)
-    return 1
+    """Pages of a local document that passed its checks (an image is one page, a TIFF as many
+    as its frames)."""
+    return examine(path, kind, limits).pages
+
+
+TIFF_SUFFIXES = frozenset({".tif", ".tiff"})
 
 
 async def inspect_object(bucket: Bucket, listed: Listed, limits: Limits) -> Facts:
-    """An object in the bucket: its size from HEAD (unless listed), and for a PDF its pages,
-    read from a temporary copy (an image is checked by the worker that reads it)."""
+    """An object in the bucket: its size from HEAD (unless listed), and for a PDF or a TIFF its
+    pages, read from a temporary copy (any other image is checked by the worker that reads
+    it)."""
     assert listed.key is not None
     kind = listed.kind
     if kind is None:
@@ -190,18 +232,19 @@ async def inspect_object(bucket: Bucket, listed: Listed, limits: Limits) -> Fact
         head: dict[str, Any] = await bucket.call("HEAD", listed.key, bucket.client.head_object)
         size, etag = int(head.get("ContentLength") or 0), str(head.get("ETag") or "")
     check_size(size, limits, "the object")
-    if kind == "image":
-        return Facts("image", 1, etag=etag)
+    suffix = Path(listed.key).suffix.lower()
+    if kind == "image" and suffix not in TIFF_SUFFIXES:
+        return Facts("image", 1, etag=etag, suffix=suffix)
     with tempfile.TemporaryDirectory(prefix="vlm-ocr-submit-") as tmp:
-        path = Path(tmp) / "document.pdf"
+        path = Path(tmp) / f"document{suffix}"
         with path.open("wb") as out:
             try:
                 await BucketInputs(bucket).fetch(listed.key, out, limits.max_bytes)
             except ObjectTooLarge as exc:
                 raise Refused(f"{exc}, over the limit (MAX_DOWNLOAD_BYTES)") from None
-        pages = await bucket.run(pdf_pages, path)
+        content = await bucket.run(examine, path, kind, limits)
         sha = await bucket.run(file_sha256, path)
-    return Facts("pdf", pages, sha256=sha, etag=etag)
+    return Facts(content.kind, content.pages, sha256=sha, etag=etag, suffix=content.suffix)
 
 
 def slug(stem: str) -> str:

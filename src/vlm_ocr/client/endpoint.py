@@ -35,6 +35,8 @@ CONNECTIONS = 16
 # Job states RunPod reports; the last four are final.
 FINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMED_OUT"})
 RETRY_STATUS = frozenset({429, 502, 503, 504})
+# the routes of the endpoint itself, not of one job: a 404 there is a wrong endpoint id or base
+ENDPOINT_ROUTES = frozenset({"/run", "/health"})
 MAX_BACKOFF_S = 30.0
 
 
@@ -43,9 +45,12 @@ class EndpointError(Exception):
     `unreachable`: it did not answer, or kept answering 429 or a gateway error, past every retry
     (no later request is likely to fare better now)."""
 
-    def __init__(self, message: str, *, unreachable: bool = False) -> None:
+    def __init__(
+        self, message: str, *, unreachable: bool = False, status: int | None = None
+    ) -> None:
         super().__init__(message)
         self.unreachable = unreachable
+        self.status = status  # the HTTP status it answered, if it answered
 
 
 # Workers RunPod's /health counts as the endpoint's, by state (`ready` overlaps the others).
@@ -105,8 +110,8 @@ class Endpoint:
         """The items the job streamed since the last call, and its state."""
         return await self._call("GET", f"/stream/{job_id}")
 
-    async def cancel(self, job_id: str) -> dict[str, Any]:
-        return await self._call("POST", f"/cancel/{job_id}")
+    async def cancel(self, job_id: str, attempts: int | None = None) -> dict[str, Any]:
+        return await self._call("POST", f"/cancel/{job_id}", attempts=attempts)
 
     async def health(self, attempts: int | None = None) -> dict[str, Any]:
         """The endpoint's workers by state and its jobs by state (`attempts`: fewer than a
@@ -133,13 +138,9 @@ class Endpoint:
                 wait = delay
                 self.backoffs[0] = self.backoffs.get(0, 0) + 1
             else:
-                if resp.status_code == 401:
-                    raise EndpointError(f"{method} {route}: 401 unauthorized; check RUNPOD_API_KEY")
                 if resp.status_code not in RETRY_STATUS:
                     if resp.is_error:
-                        raise EndpointError(
-                            f"{method} {route}: HTTP {resp.status_code}: {resp.text[:300]}"
-                        )
+                        raise self._refused(method, route, resp)
                     return resp.json()
                 if attempt == attempts:
                     raise EndpointError(
@@ -152,6 +153,21 @@ class Endpoint:
             await asyncio.sleep(min(wait, MAX_BACKOFF_S) * random.uniform(1.0, 1.5))
             delay = min(delay * 2, MAX_BACKOFF_S)
         raise AssertionError("unreachable")
+
+    def _refused(self, method: str, route: str, resp: httpx.Response) -> EndpointError:
+        """An error answer, saying what to check where it is the key or the endpoint's id."""
+        code = resp.status_code
+        if code == 401:
+            said = f"{method} {route}: 401 unauthorized; check RUNPOD_API_KEY"
+        elif code == 404 and route in ENDPOINT_ROUTES:
+            # no such endpoint (a job's route answers 404 for a job it lost instead)
+            said = (
+                f"{method} {self.base}{route}: HTTP 404: {resp.text[:200]}; check the endpoint "
+                "id (--endpoint) and RUNPOD_API_BASE"
+            )
+        else:
+            said = f"{method} {route}: HTTP {code}: {resp.text[:300]}"
+        return EndpointError(said, status=code)
 
 
 def _retry_after(resp: httpx.Response) -> float | None:

@@ -1,18 +1,21 @@
 """The documents a submission names, as a stream: files, folders (walked recursively), list files
 (one path or `s3://` key a line) and prefixes of the configured bucket (listed a page of keys at a
 time). Nothing is collected: a 5,000-document folder or a bucket prefix of a million keys costs
-the memory of one directory's names or one page of keys.
+the memory of one directory's names or one page of keys (and of which folders were walked, so
+that a linked folder is followed once and a link back up is no loop).
 
 Arguments are checked before anything runs (a missing path, another bucket, nothing but files
 that are no documents: a usage error); a list file's lines are read as the run goes, and a line
 that names nothing becomes one refused document in the report. A file that is not a PDF or an
 image (by its name), in a folder, under a prefix or named, is left out and counted (`LeftOut`),
-so the run can say what it did not send.
+so the run can say what it did not send; a link to nothing is a refused document.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,6 +74,8 @@ class LeftOut:
     archives: int = 0
     names: list[str] = field(default_factory=list)
     folders: list[str] = field(default_factory=list)
+    #: linked folders not walked: their folder was walked already (a loop, or a second link)
+    linked: list[str] = field(default_factory=list)
 
     def file(self, name: str) -> None:
         self.files += 1
@@ -80,6 +85,11 @@ class LeftOut:
 
     def folder(self, path: str, exc: OSError) -> None:
         self.folders.append(f"{path} ({exc.strerror or exc})")
+
+    def walked(self, path: str, target: str | None) -> None:
+        """A folder not walked again: `path` a link to `target`, or (None) the folder itself,
+        reached through a link before."""
+        self.linked.append(f"{path} -> {target}" if target else f"{path} (through a link)")
 
     def lines(self) -> list[str]:
         """The summary's lines: none when nothing was left out."""
@@ -93,15 +103,24 @@ class LeftOut:
             shown = ", ".join(self.folders[:NAMED])
             more = f" and {len(self.folders) - NAMED:,} more" if len(self.folders) > NAMED else ""
             out.append(f"folders that cannot be read, left out: {shown}{more}")
+        if self.linked:
+            shown = ", ".join(self.linked[:NAMED])
+            more = f" and {len(self.linked) - NAMED:,} more" if len(self.linked) > NAMED else ""
+            out.append(
+                f"linked folders walked already (a loop, or a second link), left out: {shown}{more}"
+            )
         return out
 
     def as_json(self) -> dict[str, object]:
-        return {
+        said: dict[str, object] = {
             "files": self.files,
             "archives": self.archives,
             "examples": self.names,
             "folders": self.folders,
         }
+        if self.linked:  # (only when there are: the field came later)
+            said["linked"] = self.linked
+        return said
 
 
 def nothing(left_out: LeftOut, named: Iterable[str | Path]) -> str:
@@ -178,12 +197,15 @@ class Corpus:
     def documents(self, left_out: LeftOut | None = None) -> Iterator[Listed]:
         """The documents, in order; what is not one is counted in `left_out`."""
         left_out = left_out if left_out is not None else LeftOut()
+        walked: set[tuple[int, int]] = set()  # the folders walked, each once
         for arg in self.arguments:
-            yield from self._expand(arg, left_out)
+            yield from self._expand(arg, left_out, walked)
         for path in self.list_files:
-            yield from self._listed_in(path, left_out)
+            yield from self._listed_in(path, left_out, walked)
 
-    def _listed_in(self, path: Path, left_out: LeftOut) -> Iterator[Listed]:
+    def _listed_in(
+        self, path: Path, left_out: LeftOut, walked: set[tuple[int, int]]
+    ) -> Iterator[Listed]:
         import sys
 
         lines = sys.stdin if str(path) == "-" else path.open(encoding="utf-8")
@@ -196,17 +218,19 @@ class Corpus:
                 if problem is not None:
                     yield Listed(line, problem=problem)
                 else:
-                    yield from self._expand(line, left_out)
+                    yield from self._expand(line, left_out, walked)
         finally:
             if lines is not sys.stdin:
                 lines.close()
 
-    def _expand(self, arg: str, left_out: LeftOut) -> Iterator[Listed]:
+    def _expand(
+        self, arg: str, left_out: LeftOut, walked: set[tuple[int, int]]
+    ) -> Iterator[Listed]:
         target = s3_target(arg)
         if target is None:
             path = Path(arg)
             if path.is_dir():
-                yield from walk(path, left_out)
+                yield from walk(path, left_out, walked)
             elif path.is_file() and not _is_document(arg):
                 left_out.file(arg)
             else:
@@ -224,25 +248,75 @@ class Corpus:
                     left_out.file(f"s3://{target.bucket}/{key}")
 
 
-def walk(folder: Path, left_out: LeftOut | None = None) -> Iterator[Listed]:
+def walk(
+    folder: Path, left_out: LeftOut | None = None, walked: set[tuple[int, int]] | None = None
+) -> Iterator[Listed]:
     """The folder's documents, depth first in name order (the same order on every run), one
-    directory's names in memory at a time; hidden entries and linked folders are left out
-    unsaid, other files and folders that cannot be read are counted in `left_out`."""
+    directory's names in memory at a time. Linked folders are followed, each folder walked once
+    (a link back up, or a second link to a folder, is counted in `left_out`, not walked again);
+    hidden entries are left out unsaid, other files and folders that cannot be read are counted
+    in `left_out`, and a link to nothing is a document refused with its reason."""
     left_out = left_out if left_out is not None else LeftOut()
+    walked = walked if walked is not None else set()
     try:
+        info = folder.stat()
         entries = sorted(os.scandir(folder), key=lambda e: e.name)
     except OSError as exc:
         left_out.folder(str(folder), exc)
         return
+    walked.add((info.st_dev, info.st_ino))
     for entry in entries:
         if entry.name.startswith("."):
             continue
-        if entry.is_dir(follow_symlinks=False):
-            yield from walk(Path(entry.path), left_out)
-        elif entry.is_file() and _is_document(entry.name):
-            yield Listed(entry.path, path=Path(entry.path))
-        elif entry.is_file():
+        try:
+            mode = _mode(entry)
+        except OSError as exc:  # a link to nothing, or a loop of links
+            yield from _broken_link(entry, exc, left_out)
+            continue
+        if stat.S_ISDIR(mode):
+            yield from _folder(entry, left_out, walked)
+        elif not _is_document(entry.name):
             left_out.file(entry.path)
+        elif stat.S_ISREG(mode):
+            yield Listed(entry.path, path=Path(entry.path))
+        else:  # a pipe, a socket, a device: read once or never ends, no job's file
+            yield Listed(entry.path, problem="not a regular file; save it to a file first")
+
+
+def _mode(entry: os.DirEntry[str]) -> int:
+    """What the entry is (through a link, what it names): from the directory's listing, with no
+    system call a file, except for a link."""
+    if entry.is_symlink():
+        return entry.stat().st_mode
+    if entry.is_dir(follow_symlinks=False):
+        return stat.S_IFDIR
+    return stat.S_IFREG if entry.is_file(follow_symlinks=False) else 0
+
+
+def _folder(
+    entry: os.DirEntry[str], left_out: LeftOut, walked: set[tuple[int, int]]
+) -> Iterator[Listed]:
+    info = entry.stat()
+    if (info.st_dev, info.st_ino) in walked:  # a link back up, or to a folder walked already
+        target = os.path.realpath(entry.path) if entry.is_symlink() else None
+        left_out.walked(entry.path, target)
+        return
+    yield from walk(Path(entry.path), left_out, walked)
+
+
+def _broken_link(entry: os.DirEntry[str], exc: OSError, left_out: LeftOut) -> Iterator[Listed]:
+    """A link whose target is not there: a document refused (named as a document, or with no
+    suffix: perhaps a folder, a share not mounted); any other name is left out as its file
+    would be."""
+    if not _is_document(entry.name) and Path(entry.name).suffix:
+        left_out.file(entry.path)
+        return
+    try:
+        target = os.readlink(entry.path)
+    except OSError:
+        target = "?"
+    said = "does not exist" if exc.errno == errno.ENOENT else f"cannot be read ({exc.strerror})"
+    yield Listed(entry.path, problem=f"a link to {target}, which {said}")
 
 
 def bucket_lister(bucket: Bucket) -> KeyLister:

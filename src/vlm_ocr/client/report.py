@@ -9,6 +9,10 @@ A line's `status`:
     refused     not sent: the document breaks a limit a job has, or is no document at all
     unfinished  jobs did not complete (a worker lost, the endpoint out of reach, an
                 interruption): running the same command again goes on with its missing pages
+
+A line with `duplicate_of` is a document listed again, or the same file (name and content) in
+another folder: it has the first's folder and outcome, nothing was sent for it, and the summary
+counts it apart (not in the documents, the pages or the cost).
 """
 
 from __future__ import annotations
@@ -47,8 +51,18 @@ class DocumentLine(BaseModel):
     keys: dict[str, str] = Field(
         default_factory=dict, description="document.json, document.md, document.txt, source."
     )
+    stored_this_run: int | None = Field(
+        None,
+        description="Pages this run's jobs stored (the others an earlier run stored); unset: "
+        "every page stored, unless finished by an earlier run.",
+    )
     jobs: int = Field(0, description="Jobs this run sent for it.")
     earlier: bool = Field(False, description="Finished by an earlier run: nothing was sent.")
+    duplicate_of: str | None = Field(
+        None,
+        description="The document listed before it with the same folder (the same name and "
+        "content, or the same key): nothing was sent for this one.",
+    )
     seconds: float = Field(0.0, description="This run's time on it, from listing to its end.")
     error: str | None = None
 
@@ -58,7 +72,15 @@ class DocumentLine(BaseModel):
 
     @classmethod
     def of(
-        cls, manifest: DocumentManifest, *, earlier: bool, jobs: int, seconds: float, error=None
+        cls,
+        manifest: DocumentManifest,
+        *,
+        earlier: bool,
+        jobs: int,
+        seconds: float,
+        error: str | None = None,
+        stored: int | None = None,
+        duplicate_of: str | None = None,
     ) -> DocumentLine:
         t = manifest.totals
         keys = {"document_json": manifest.manifest_key, "source": manifest.source_key}
@@ -76,8 +98,10 @@ class DocumentLine(BaseModel):
             not_read=t.not_read,
             prefix=manifest.prefix,
             keys=keys,
+            stored_this_run=stored,
             jobs=jobs,
             earlier=earlier,
+            duplicate_of=duplicate_of,
             seconds=round(seconds, 2),
             error=error or first_error(manifest),
         )
@@ -105,12 +129,17 @@ def first_error(manifest: DocumentManifest) -> str | None:
     return None
 
 
+EXAMPLES = 10  # of the documents not ok, named in the summary
+
+
 @dataclass
 class Summary:
     """The whole run, counted as its lines were written."""
 
     documents: Counter[str] = field(default_factory=Counter)
     earlier: int = 0
+    duplicates: int = 0
+    not_ok: int = 0
     pages: Counter[str] = field(default_factory=Counter)
     pages_this_run: int = 0
     jobs: int = 0
@@ -124,14 +153,23 @@ class Summary:
     left_out: LeftOut = field(default_factory=LeftOut)
 
     def add(self, line: DocumentLine) -> None:
+        if line.duplicate_of is not None:  # its document is counted once, as the first
+            self.duplicates += 1
+            return
         self.documents[line.status] += 1
         self.earlier += line.earlier
         for kind in ("ok", "blank", "failed", "not_read"):
             self.pages[kind] += getattr(line, kind)
-        if not line.earlier:
-            self.pages_this_run += line.ok + line.blank
-        if line.status != "ok" and len(self.examples) < 10:
-            self.examples.append(f"{line.source}: {line.status}: {line.error or ''}".strip())
+        # the pages this run's jobs stored, not those an earlier run stored: the pace and the
+        # cost a page are this run's
+        stored = line.stored_this_run
+        self.pages_this_run += (
+            (0 if line.earlier else line.ok + line.blank) if stored is None else stored
+        )
+        if line.status != "ok":
+            self.not_ok += 1
+            if len(self.examples) < EXAMPLES:
+                self.examples.append(f"{line.source}: {line.status}: {line.error or ''}".strip())
 
     @property
     def exit_code(self) -> int:
@@ -150,6 +188,7 @@ class Summary:
         out = [
             f"{total} documents: {said or 'none'}"
             + (f" ({self.earlier} finished by an earlier run)" if self.earlier else ""),
+            *self._duplicates_line(),
             *self.left_out.lines(),
             f"pages: {self.pages['ok']} ok, {self.pages['blank']} blank, "
             f"{self.pages['failed']} failed"
@@ -165,7 +204,26 @@ class Summary:
                 f"{code or 'no answer'} ×{n}" for code, n in sorted(self.backoffs.items())
             )
             out.append(f"RunPod asked to slow down or did not answer, backed off: {shown}")
-        return out + [f"  {example}" for example in self.examples]
+        out += [f"  {example}" for example in self.examples]
+        if self.not_ok > len(self.examples):
+            out.append(
+                f"  and {self.not_ok - len(self.examples):,} more not ok: the report's lines "
+                "whose status is not ok"
+            )
+        return out
+
+    def _duplicates_line(self) -> list[str]:
+        if not self.duplicates:
+            return []
+        more = (
+            "1 more listed is a duplicate"
+            if self.duplicates == 1
+            else (f"{self.duplicates:,} more listed are duplicates")
+        )
+        return [
+            f"{more} (the same name and content as a document listed before, or listed twice): "
+            "not sent again, not counted (duplicate_of in the report)"
+        ]
 
     def cost_line(self) -> str:
         hours = self.worker_hours
@@ -186,7 +244,9 @@ class Summary:
         return {
             "documents": dict(self.documents),
             "earlier": self.earlier,
+            "duplicates": self.duplicates,
             "pages": dict(self.pages),
+            "pages_this_run": self.pages_this_run,
             "jobs": self.jobs,
             "resubmitted": self.resubmitted,
             "wall_s": round(self.wall_s, 2),
@@ -197,6 +257,7 @@ class Summary:
             else round(self.worker_hours * self.gpu_price, 4),
             "backoffs": {str(k): v for k, v in self.backoffs.items()},
             "left_out": self.left_out.as_json(),
+            "not_ok": {"documents": self.not_ok, "examples": self.examples},
         }
 
 

@@ -17,8 +17,10 @@ a time-out, the engine or the bucket failing) is sent again, up to `retries` tim
 pages it had not stored; a job that completed, or that the worker refused for its input, is
 final, and its failed pages are reported, not sent again (unless `retry_failed`). Running again
 with `resume` (the command always does) goes on from `document.json`: a finished document is
-not sent at all, an unfinished one sends only its missing pages. A resubmitted job finds its
-stored pages and the worker reuses them (same pixels, same engine fingerprint).
+not sent at all (with `out`, its files are copied from the bucket), an unfinished one sends only
+its missing pages. A job RunPod loses (its stream answers 404) is a failed job, sent again. A
+resubmitted job finds its stored pages and the worker reuses them (same pixels, same engine
+fingerprint).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -37,13 +39,14 @@ from ..settings import BucketSettings, ClientSettings, Settings
 from ..storage import PLAIN_TYPE, TEXT_TYPE, Bucket, ObjectMissing, S3Store, put_json
 from .documents import (
     CONTENT_TYPES,
+    TIFF_SUFFIXES,
     Facts,
     Limits,
     Listed,
     Refused,
+    examine,
     file_sha256,
     folder_of,
-    inspect_file,
     inspect_object,
     key_identity,
     local_identity,
@@ -56,6 +59,7 @@ from .manifest import DocumentManifest, DocumentTotals, Part, split_pages
 __all__ = [
     "DocumentManifest",
     "DocumentTotals",
+    "Duplicate",
     "Options",
     "Part",
     "Shared",
@@ -109,6 +113,18 @@ class Options:
 
 PageEvent = Callable[[PageReport], None]
 StartEvent = Callable[[DocumentManifest], None]
+#: a run's claim on a document's folder: None for the first document of it, else (once the first
+#: has ended) the first's (status, source)
+Claim = Callable[[str], Awaitable[tuple[str, str] | None]]
+
+
+class Duplicate(Exception):
+    """The document is one listed before it in this run, which recorded no document.json (it was
+    refused, or stopped before): `status` and `first` are the first's."""
+
+    def __init__(self, status: str, first: str) -> None:
+        super().__init__(f"the same document as {first}, which was {status}")
+        self.status, self.first = status, first
 
 
 class Shared:
@@ -197,6 +213,11 @@ class Submission:
         #: the document was finished by an earlier run: nothing was sent
         self.skipped = False
         self.sent = 0  # jobs this run sent for it
+        self.stored_now = 0  # pages this run's jobs stored
+        #: a corpus's claim on the document's folder (one document a folder in a run)
+        self.claim: Claim | None = None
+        #: the document listed before it with the same folder, whose outcome it has
+        self.duplicate_of: str | None = None
         self._stored: set[int] = set()  # pages told to `on_page` as stored
         self._save_lock = asyncio.Lock()
 
@@ -238,21 +259,24 @@ class Submission:
         prefix = (self.options.prefix or folder_of(self.options.base, self.listed, identity)).strip(
             "/"
         )
+        first = await self.claim(prefix) if self.claim is not None else None
+        if first is not None:
+            return await self._duplicate(prefix, *first)
         manifest = await self._previous(prefix, identity) if self.options.resume else None
+        facts = None
         if manifest is not None and manifest.finished:
-            self.manifest, self.skipped = manifest, True
-            for page in manifest.pages:
-                self._tell(page)
-            return manifest
-        facts = await self._inspect(identity)
+            facts = await self._read_as_one_image(manifest, identity)
+            if facts is None:
+                return await self._finished(manifest)
+            manifest = None  # a TIFF of several pages an earlier version read as one image
+        facts = facts or await self._inspect(identity)
         manifest = manifest or self._new(prefix, facts)
         self.manifest = manifest
         self.on_start(manifest)
         await self._upload(manifest, identity)
         for page in manifest.pages:
             self._tell(page)
-        todo = [p for p in manifest.parts if not p.settled]
-        await asyncio.gather(*(self._part(part) for part in todo))
+        await self._parts([p for p in manifest.parts if not p.settled])
         manifest.summarise()
         try:
             if manifest.finished and any(page.stored for page in manifest.pages):
@@ -261,6 +285,53 @@ class Submission:
             manifest.wall_s = round(time.perf_counter() - t0, 2)
             await self.save()
         return manifest
+
+    async def _parts(self, todo: list[Part]) -> None:
+        """Every part's jobs to their end; if one raises (the endpoint out of reach), the
+        others are stopped too, not left running on unawaited."""
+        tasks = [asyncio.ensure_future(self._part(part)) for part in todo]
+        try:
+            await asyncio.gather(*tasks)
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+
+    async def _finished(self, manifest: DocumentManifest) -> DocumentManifest:
+        """A document an earlier run finished: nothing is sent; `--out` gets its files."""
+        self.manifest, self.skipped = manifest, True
+        for page in manifest.pages:
+            self._tell(page)
+        await self._copy_out(manifest)
+        return manifest
+
+    async def _duplicate(self, prefix: str, status: str, first: str) -> DocumentManifest:
+        """The document listed before it in this run with the same folder: its outcome, as the
+        first recorded it (Duplicate where it recorded none)."""
+        self.duplicate_of = first
+        try:
+            text = await self.store.read_text(self.key(f"{prefix}/document.json"))
+        except ObjectMissing:
+            raise Duplicate(status, first) from None
+        self.manifest = DocumentManifest.model_validate_json(text)
+        return self.manifest
+
+    async def _read_as_one_image(self, manifest: DocumentManifest, identity: str) -> Facts | None:
+        """The document's facts where an earlier version of this client sent a TIFF of several
+        pages as one image (its first page alone read), so that it is read in full now; None
+        for any other finished document (its file is not opened again)."""
+        if manifest.kind != "image" or Path(manifest.source_key).suffix not in TIFF_SUFFIXES:
+            return None
+        facts = await self._inspect(identity)
+        if facts.kind == "image":
+            return None
+        log.warning(
+            "%s: an earlier run read only the first of its %d pages; reading them all",
+            self.listed.source,
+            facts.page_count,
+        )
+        return facts
 
     async def _identify(self) -> str:
         """A local file's sha256 (within the size limit), or an object's key hash."""
@@ -282,16 +353,15 @@ class Submission:
     async def _inspect(self, identity: str) -> Facts:
         listed = self.listed
         if listed.path is not None:
-            kind = listed.kind or "pdf"  # local_identity refused any other
-            pages = await asyncio.to_thread(inspect_file, listed.path, kind, self.limits)
-            return Facts(kind, pages, sha256=identity)
+            named = listed.kind or "pdf"  # local_identity refused any other
+            found = await asyncio.to_thread(examine, listed.path, named, self.limits)
+            return Facts(found.kind, found.pages, sha256=identity, suffix=found.suffix)
         return await inspect_object(self.bucket, listed, self.limits)
 
     def _new(self, prefix: str, facts: Facts) -> DocumentManifest:
         listed, opts = self.listed, self.options
-        if listed.path is not None:
-            suffix = listed.path.suffix.lower() if facts.kind == "image" else ".pdf"
-            source_key = self.key(f"{prefix}/source{suffix}")
+        if listed.path is not None:  # named as what it is (a TIFF of several pages is no PDF)
+            source_key = self.key(f"{prefix}/source{facts.suffix or '.pdf'}")
         else:
             assert listed.key is not None
             source_key = listed.key
@@ -381,7 +451,10 @@ class Submission:
                 return
             if attempt < self.options.retries:
                 log.warning(
-                    "job %s (pages %s): %s; sending it again", job_id, part.pages, part.error
+                    "job %s (pages %s): %s; sending it again",
+                    job_id,
+                    part.pages,
+                    part.error,
                 )
 
     async def _submit(self, part: Part) -> tuple[str, str, Any, str | None]:
@@ -389,16 +462,32 @@ class Submission:
         assert self.manifest is not None
         job_input = self._job_input(part)
         part.status, part.error = "running", None
-        job_id = await self.shared.api.run(job_input)
+        job_id = await self.shared.api.run(job_input)  # refused: the endpoint or the key, raised
         self.shared.sent += 1
         self.sent += 1
         part.job_ids.append(job_id)
         self.shared.active[job_id] = (self, part)
         await self.save()
         log.debug("job %s submitted: %s pages %s", job_id, self.manifest.prefix, part.pages)
-        state, output, error = await self._follow(job_id)
+        try:
+            state, output, error = await self._follow(job_id)
+        except EndpointError as exc:
+            if exc.unreachable or exc.status == 401:  # the endpoint, not this job: it stops
+                raise
+            # RunPod lost the job (404) or would not say how it went: this job's failure,
+            # sent again like a job that failed; the document's other jobs go on
+            await self._forget(job_id)
+            state, output, error = "LOST", None, f"job {job_id}: {exc}"
         self.shared.active.pop(job_id, None)  # kept on cancellation: cancel_active() needs it
         return job_id, state, output, error
+
+    async def _forget(self, job_id: str) -> None:
+        """Cancel a job this client can no longer follow, should it still run (once, quietly):
+        it would read the pages a job sent again reads."""
+        try:
+            await self.shared.api.cancel(job_id, attempts=1)
+        except EndpointError as exc:
+            log.debug("cancelling job %s: %s", job_id, exc)
 
     async def _follow(self, job_id: str) -> tuple[str, Any, str | None]:
         """Read the job's stream until it ends; returns (state, output, error)."""
@@ -428,6 +517,7 @@ class Submission:
             return
         if page.stored:
             self._stored.add(page.page)
+            self.stored_now += self.sent > 0  # (an earlier run's are told before any job)
         self.on_page(page)
 
     # --- the bucket -------------------------------------------------------------------------
@@ -446,7 +536,7 @@ class Submission:
         except ObjectMissing:
             pass
         log.debug("uploading %s to %s", path.name, self.store.uri(key))
-        kind = CONTENT_TYPES.get(path.suffix.lower(), "application/pdf")
+        kind = CONTENT_TYPES.get(Path(key).suffix, "application/pdf")
         await self.bucket.run(
             lambda: self.bucket.client.upload_file(
                 str(path),
@@ -474,6 +564,34 @@ class Submission:
                 (self.out / "document.json").write_bytes(
                     (self.manifest.model_dump_json(indent=2) + "\n").encode()
                 )
+
+    async def _copy_out(self, manifest: DocumentManifest) -> None:
+        """`--out` for a document an earlier run finished: its document.json, .md and .txt,
+        from the bucket (unless `--out` has them as they are), so that a run into a new or
+        emptied folder brings every document's results back."""
+        out = self.out
+        if out is None:
+            return
+        doc = (manifest.model_dump_json(indent=2) + "\n").encode()
+        texts = {"md": manifest.markdown_key, "txt": manifest.text_key}
+        local = out / "document.json"
+        wanted = [out / f"document.{suffix}" for suffix, key in texts.items() if key]
+        if local.is_file() and local.read_bytes() == doc and all(p.is_file() for p in wanted):
+            return
+        out.mkdir(parents=True, exist_ok=True)
+        try:
+            for suffix, key in texts.items():
+                if key:
+                    text = await self.store.read_text(key)
+                    (out / f"document.{suffix}").write_text(text, encoding="utf-8")
+        except ObjectMissing:  # the whole text is gone from the bucket: written again
+            log.warning(
+                "%s: its whole text is missing in the bucket; written again", manifest.prefix
+            )
+            manifest.text_key, manifest.markdown_key = await self._write_text(manifest)
+            doc = (manifest.model_dump_json(indent=2) + "\n").encode()
+            await put_json(self.store, manifest.manifest_key, manifest.model_dump(mode="json"))
+        local.write_bytes(doc)  # last: a copy cut short is copied again by the next run
 
     async def _write_text(self, manifest: DocumentManifest) -> tuple[str, str]:
         """document.txt and document.md from the stored page texts; their keys."""

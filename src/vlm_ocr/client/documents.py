@@ -23,7 +23,7 @@ from typing import Any, Literal
 from ..contract import key_name
 from ..errors import EMPTY_PDF, ENCRYPTED_PDF, NOT_A_PDF, UNREADABLE_PDF
 from ..images import ACCEPTED_IMAGE_FORMATS, IMAGE_SUFFIXES
-from ..pdf_file import is_pdf, open_pdf
+from ..pdf_file import file_sha256, is_pdf, open_pdf
 from ..settings import Settings
 from ..storage import Bucket, BucketInputs, ObjectTooLarge
 
@@ -106,14 +106,6 @@ def check_size(size: int, limits: Limits, what: str) -> None:
             f"{what} is {size / 1e6:.3g} MB, over the {limits.max_bytes / 1e6:g} MB limit "
             "(MAX_DOWNLOAD_BYTES)"
         )
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def local_identity(listed: Listed, limits: Limits) -> str:

@@ -35,6 +35,7 @@ from typing import Any
 
 from .. import document
 from ..contract import JobResult, PageItem, PageReport, ResultItem, read_item
+from ..pdf_file import file_sha256
 from ..settings import BucketSettings, ClientSettings, Settings
 from ..storage import PLAIN_TYPE, TEXT_TYPE, Bucket, ObjectMissing, S3Store, put_json
 from .documents import (
@@ -45,7 +46,6 @@ from .documents import (
     Listed,
     Refused,
     examine,
-    file_sha256,
     folder_of,
     inspect_object,
     key_identity,

@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import tempfile
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -331,6 +332,61 @@ class Bucket:
         except BUCKET_ERRORS as exc:
             raise self.error(op, key, exc) from None
 
+    async def head(self, key: str) -> dict[str, Any]:
+        """The object's HEAD (its ContentLength, ETag and Metadata); ObjectMissing when none."""
+        return await self.call("HEAD", key, self.client.head_object)
+
+    async def folders(self, prefix: str) -> list[str]:
+        """The folders right under `prefix`: one listing, with S3's delimiter."""
+        try:
+            page = await self.run(
+                lambda: self.client.list_objects_v2(
+                    Bucket=self.name, Prefix=f"{prefix}/", Delimiter="/"
+                )
+            )
+        except BUCKET_ERRORS as exc:
+            raise self.error("LIST", prefix, exc) from None
+        return sorted(p["Prefix"].rstrip("/") for p in page.get("CommonPrefixes") or [])
+
+    async def check_listing(self, prefix: str) -> None:
+        """The bucket lists `prefix` with these credentials (a key at most), else StorageError."""
+        try:
+            await self.run(
+                lambda: self.client.list_objects_v2(Bucket=self.name, Prefix=prefix, MaxKeys=1)
+            )
+        except BUCKET_ERRORS as exc:
+            raise self.error("LIST", prefix, exc) from None
+
+    def objects(self, prefix: str) -> Iterator[tuple[str, int, str]]:
+        """Every object under `prefix` (key, size, ETag), a page of up to 1,000 at a time; it
+        blocks on each page, so it is read in a thread."""
+        pages = iter(
+            self.client.get_paginator("list_objects_v2").paginate(Bucket=self.name, Prefix=prefix)
+        )
+        while True:
+            try:
+                page = next(pages, None)
+            except BUCKET_ERRORS as exc:
+                raise self.error("LIST", prefix, exc) from None
+            if page is None:
+                return
+            for obj in page.get("Contents") or []:
+                yield obj["Key"], int(obj.get("Size") or 0), str(obj.get("ETag") or "")
+
+    async def upload(
+        self, path: Path, key: str, content_type: str, metadata: dict[str, str]
+    ) -> None:
+        """A local file into the bucket (in parts when it is large)."""
+        from boto3.exceptions import S3UploadFailedError
+
+        extra = {"ContentType": content_type, "Metadata": metadata}
+        try:
+            await self.run(
+                lambda: self.client.upload_file(str(path), self.name, key, ExtraArgs=extra)
+            )
+        except (*BUCKET_ERRORS, S3UploadFailedError) as exc:
+            raise self.error("PUT", key, exc) from None
+
     async def exists(self) -> bool:
         """False only when the endpoint says the bucket is not there."""
         try:
@@ -398,7 +454,7 @@ class S3Store:
 
     async def record(self, key: str) -> PageRecord | None:
         try:
-            resp = await self.bucket.call("HEAD", key, self.client.head_object)
+            resp = await self.bucket.head(key)
         except ObjectMissing:
             return None
         return PageRecord.from_metadata(dict(resp.get("Metadata") or {}))
@@ -440,7 +496,7 @@ class BucketInputs:
         """Copy the object into `dest`; returns its size. ObjectMissing, ObjectTooLarge or
         StorageError when it cannot."""
         try:
-            head = await self.bucket.call("HEAD", key, self.bucket.client.head_object)
+            head = await self.bucket.head(key)
         except ObjectMissing:  # a HEAD's 404 has no body to tell a missing bucket by
             if not await self.bucket.exists():
                 raise StorageError(

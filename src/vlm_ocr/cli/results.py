@@ -25,7 +25,6 @@ from ..contract import JobResult, PageReport
 from ..errors import StorageError
 from ..settings import Settings
 from ..storage import (
-    BUCKET_ERRORS,
     BucketInputs,
     JobKeys,
     LocalStore,
@@ -152,21 +151,15 @@ async def jobs_in_store(store: Store, prefix: str, named: int = NAMED) -> str:
 async def _bucket_folders(store: S3Store, prefix: str) -> list[str]:
     """The folders right under `prefix` in the bucket: one listing (S3's delimiter), whatever
     they hold; none when the bucket refuses it (this is only a hint)."""
-    bucket = store.bucket
-
-    def listing() -> dict:
-        return store.client.list_objects_v2(Bucket=bucket.name, Prefix=f"{prefix}/", Delimiter="/")
-
     try:
-        page = await bucket.run(listing)
-    except BUCKET_ERRORS:
+        return await store.bucket.folders(prefix)
+    except StorageError:
         return []
-    return sorted(p["Prefix"].rstrip("/") for p in page.get("CommonPrefixes") or [])
 
 
 async def _has_manifest(store: S3Store, folder: str) -> bool:
     try:
-        await store.bucket.call("HEAD", f"{folder}/manifest.json", store.client.head_object)
+        await store.bucket.head(f"{folder}/manifest.json")
     except StorageError:
         return False
     return True

@@ -29,7 +29,6 @@ from pathlib import Path
 from ..contract import PageReport
 from ..errors import StorageError
 from ..settings import Settings
-from ..storage import BUCKET_ERRORS
 from .documents import Limits, Listed, Refused
 from .endpoint import EndpointError, worker_count
 from .gate import Gate, Plan
@@ -329,15 +328,7 @@ class CorpusRun:
         health = await self.shared.api.health(attempts=PREFLIGHT_ATTEMPTS)
         self.progress.workers = worker_count(health)
         self._worker_s, self._sampled = 0.0, time.monotonic()
-        bucket = self.shared.store.bucket
-        try:
-            await bucket.run(
-                lambda: bucket.client.list_objects_v2(
-                    Bucket=bucket.name, Prefix=self.shared.store.key_prefix, MaxKeys=1
-                )
-            )
-        except BUCKET_ERRORS as exc:
-            raise bucket.error("LIST", self.shared.store.key_prefix, exc) from None
+        await self.shared.store.bucket.check_listing(self.shared.store.key_prefix)
 
     def _plan(self) -> int:
         """The default limit of jobs in flight, chosen when the first job is ready to go."""

@@ -18,7 +18,7 @@ import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from ..contract import key_name
 from ..errors import EMPTY_PDF, ENCRYPTED_PDF, NOT_A_PDF, UNREADABLE_PDF
@@ -221,7 +221,7 @@ async def inspect_object(bucket: Bucket, listed: Listed, limits: Limits) -> Fact
         raise Refused("not a PDF or an image; accepted: " + ", ".join(sorted(DOCUMENT_SUFFIXES)))
     size, etag = listed.size, listed.etag
     if size is None or etag is None:
-        head: dict[str, Any] = await bucket.call("HEAD", listed.key, bucket.client.head_object)
+        head = await bucket.head(listed.key)
         size, etag = int(head.get("ContentLength") or 0), str(head.get("ETag") or "")
     check_size(size, limits, "the object")
     suffix = Path(listed.key).suffix.lower()

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..storage import BUCKET_ERRORS, Bucket
+from ..storage import Bucket
 from .documents import DOCUMENT_SUFFIXES, Listed
 
 # (key, size, etag) of every object under a prefix, a page of keys at a time
@@ -323,20 +323,7 @@ def bucket_lister(bucket: Bucket) -> KeyLister:
     """Every object under a prefix, one page of up to 1,000 keys at a time; a StorageError
     that says what to check when the bucket refuses the listing."""
 
-    def keys(prefix: str) -> Iterator[tuple[str, int, str]]:
-        lister = bucket.client.get_paginator("list_objects_v2")
-        pages = iter(lister.paginate(Bucket=bucket.name, Prefix=prefix))
-        while True:
-            try:
-                page = next(pages, None)
-            except BUCKET_ERRORS as exc:
-                raise bucket.error("LIST", prefix, exc) from None
-            if page is None:
-                return
-            for obj in page.get("Contents") or []:
-                yield obj["Key"], int(obj.get("Size") or 0), str(obj.get("ETag") or "")
-
-    return keys
+    return bucket.objects
 
 
 def count(documents: Iterator[Listed]) -> int:

@@ -343,7 +343,7 @@ class Submission:
         assert key is not None
         if self.listed.etag is None:  # named by the user, not listed: its size and version
             try:
-                head = await self.bucket.call("HEAD", key, self.bucket.client.head_object)
+                head = await self.bucket.head(key)
             except ObjectMissing:
                 raise Refused(f"no object {key!r} in bucket {self.bucket.name!r}") from None
             size, etag = int(head.get("ContentLength") or 0), str(head.get("ETag") or "")
@@ -529,7 +529,7 @@ class Submission:
             return
         key = manifest.source_key
         try:
-            head = await self.bucket.call("HEAD", key, self.bucket.client.head_object)
+            head = await self.bucket.head(key)
             if (head.get("Metadata") or {}).get("sha256") == sha:
                 log.debug("source already in the bucket: %s", self.store.uri(key))
                 return
@@ -537,14 +537,7 @@ class Submission:
             pass
         log.debug("uploading %s to %s", path.name, self.store.uri(key))
         kind = CONTENT_TYPES.get(Path(key).suffix, "application/pdf")
-        await self.bucket.run(
-            lambda: self.bucket.client.upload_file(
-                str(path),
-                self.bucket.name,
-                key,
-                ExtraArgs={"ContentType": kind, "Metadata": {"sha256": sha}},
-            )
-        )
+        await self.bucket.upload(path, key, kind, {"sha256": sha})
 
     @property
     def out(self) -> Path | None:

@@ -52,10 +52,16 @@ WHOLE = frozenset({"table", "figure"})
 # A header or footer of the model's lies in the top or bottom this much of the page, in lines
 # no taller than this many of the page's median line heights, set apart from the body (its gap
 # to it more than this many times the body's gaps between blocks): a running head, not the
-# page's first line. (Line boxes tell a font's size too loosely to go by: descenders, scripts.)
+# page's first line. (Line boxes tell a font's size only loosely: descenders, capitals, scripts.)
 FURNITURE_BAND = 0.15
 MAX_FURNITURE_HEIGHT = 1.5
 APART = 1.2
+# ...and set as furniture is, not as the body: wholly in the margin (`margins.MARGIN`, where a
+# body is rarely set), or in clearly smaller type (its line boxes at most this many of the
+# body's median: boxes of one size differ by a quarter, capitals against descenders), or saying
+# what furniture says. A gap alone is no evidence: a letter's "Dear Ms. Smith," and a page's
+# first line above an empty line are set apart too.
+SMALLER = 0.7
 
 
 def in_regions(lines: Sequence[Line], regions: Sequence[Region]) -> list[Line]:
@@ -157,11 +163,14 @@ def _confirmed(
 ) -> list[RawBlock]:
     """The blocks, with the model's headers and footers that are not ones made text. One is
     when it lies in the page's top or bottom `FURNITURE_BAND`, its lines are no taller than
-    `MAX_FURNITURE_HEIGHT` of the page's median line, and it is set apart from the body: its
-    gap to the body in its columns more than `APART` times the body's own gaps between blocks,
-    nothing of the body beside it. A page is never all headers and footers."""
+    `MAX_FURNITURE_HEIGHT` of the page's median line, it is set apart from the body (its gap
+    to the body in its columns more than `APART` times the body's own gaps between blocks,
+    nothing of the body beside it), and it is set as furniture is (`_set_as_furniture`). A
+    page is never all headers and footers."""
     body = [b for b in blocks if b.content and b.box is not None and b.label not in FURNITURE]
     typical = _typical_gap(body) or PARAGRAPH_GAP * line_h
+    boxes = [b.box for b in body if b.box is not None]
+    body_h = median([ln.height for ln in lines if any(_inside(ln, b) for b in boxes)] or [line_h])
     out = []
     for block in blocks:
         box = block.box
@@ -171,10 +180,20 @@ def _confirmed(
             in_band = min(centre, height - centre) <= FURNITURE_BAND * height
             small = max(held) <= MAX_FURNITURE_HEIGHT * line_h
             apart = _gap(box, body, top=centre < height / 2) > APART * typical
-            if not (body and in_band and small and apart):
+            furniture = _set_as_furniture(block, max(held), height=height, body_h=body_h)
+            if not (body and in_band and small and apart and furniture):
                 block = RawBlock("text", box, block.content)
         out.append(block)
     return out
+
+
+def _set_as_furniture(block: RawBlock, tallest: float, *, height: float, body_h: float) -> bool:
+    """Wholly in the top or bottom margin, in clearly smaller type than the body's (`SMALLER`),
+    or saying what furniture says (a page number, a journal's line)."""
+    assert block.box is not None
+    top, bottom = margins.MARGIN * height, (1 - margins.MARGIN) * height
+    in_margin = block.box[3] <= top or block.box[1] >= bottom
+    return in_margin or tallest <= SMALLER * body_h or margins.says_furniture(block.content)
 
 
 def _inside(line: Line, box: Sequence[float]) -> bool:

@@ -45,7 +45,7 @@ from .state import JobContext, Progress
 from .verdict import verdict
 from .whole_document import Finished, WholeDocument
 
-LAYOUT_VERSION = "1"  # blocks, figures, running heads: stored pages made otherwise are read again
+LAYOUT_VERSION = "2"  # blocks, figures, running heads: stored pages made otherwise are read again
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ it, but for one number at most, the page's, which then differs by as many as the
 "Annual Report 2025 · 12" and "Annual Report 2025 · 13", "Page 3 of 9" and "Page 4 of 9", a bare
 page number; not "Invoice 1041, order 77" and "Invoice 1042, order 78", nor "Total 9" and
 "Total 18", whose lines say more than where they are. Only lines next to the edge
-count (from the edge inward, up to the first line that does not repeat), and only short ones.
+count (from the edge inward, up to the first line that does not repeat), and only short ones
+that are no sentence of the body (a closing line that ends every page is text).
 Books alternate left and right heads, hence a window of pages rather than the next page alone.
 
 Found lines are dropped from the stored page texts when the job's `headers_footers` is `drop`,
@@ -21,6 +22,7 @@ import asyncio
 import dataclasses
 import json
 import re
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -33,8 +35,21 @@ from .state import Edges
 WINDOW = 3  # pages either side in which the same line must recur
 MAX_RUNNING = 2  # running lines at one edge of a page, at most
 CONCURRENCY = 16  # pages rewritten at once
+# A running head is a name, a title, a citation or a page number; a line that ends every page
+# as a sentence of the body does (a form's closing line) is text, however often it repeats.
+# "© 2025 Example Water Board. All rights reserved." has two words in lower case.
+PROSE_WORDS = 6
+_SENTENCE_END = re.compile(r"[.!?。！？][\"'”’)\]]*$")
+_CJK_RANGE = r"\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff"
+_CJK = re.compile(f"[{_CJK_RANGE}]")
 _NUMBER = re.compile(r"\d+")
 _MARKUP = re.compile(r"^[#>*_\-\s|]+|[*_\s|]+$")
+# Marks the recognizer reads as one or another of a kind, and space it reads or misses beside a
+# mark or a CJK character (where CJK sets none): none of it tells two lines apart.
+_SAME_MARKS = str.maketrans(dict.fromkeys("‐‑‒–—―−", "-") | dict.fromkeys("•∙・‧", "·"))
+_SAME_MARKS |= str.maketrans(dict.fromkeys("‘’‚‛`´", "'") | dict.fromkeys("“”„‟", '"'))
+_MARK_OR_CJK = rf"[^\w\s]|[{_CJK_RANGE}]"
+_LOOSE_SPACE = re.compile(rf"\s+(?={_MARK_OR_CJK})|(?<={_MARK_OR_CJK})\s+")
 _PAGE_NUMBER = re.compile(
     r"^(page|p\.|seite|página|第)?\s*[-–—(\[]?\s*#\s*[-–—)\]]?\s*((of|/|von|de)\s*#)?\s*[页頁]?$"
 )
@@ -51,7 +66,12 @@ class Found:
 
 
 def normalised(line: str) -> str:
-    text = _MARKUP.sub("", line.strip()).lower()
+    """The line as compared across pages: lower case, numbers as #, and what the recognizer
+    reads differently from page to page of the same line made one: the width of characters,
+    the kind of dash, quote or dot, and spacing around punctuation and CJK ("2025 · 1",
+    "2025· 2"; "第 3 页", "第3页"). Spaces between words and numbers still tell lines apart."""
+    text = unicodedata.normalize("NFKC", _MARKUP.sub("", line.strip())).lower()
+    text = _LOOSE_SPACE.sub("", text.translate(_SAME_MARKS))
     return " ".join(_NUMBER.sub("#", text).split())
 
 
@@ -62,7 +82,9 @@ class _Line:
 
     @classmethod
     def of(cls, text: str) -> _Line:
-        return cls(normalised(text), tuple(_NUMBER.findall(text)))
+        if _prose(text):
+            return cls("", ())  # never repeats
+        return cls(normalised(text), tuple(_NUMBER.findall(unicodedata.normalize("NFKC", text))))
 
     def repeats(self, other: _Line, pages_apart: int) -> bool:
         """The same line but for one number at most, which then counts pages: it differs by
@@ -73,6 +95,19 @@ class _Line:
         if len(differ) > 1:
             return False
         return not differ or int(differ[0][1]) - int(differ[0][0]) == pages_apart
+
+
+def _prose(text: str) -> bool:
+    """A sentence of the body, not a running head: ended by its full stop, with at least
+    `PROSE_WORDS` words in lower case (or twice as many CJK characters), or the tail of one
+    (a paragraph's last line, "words on the page.", begins in lower case)."""
+    if not _SENTENCE_END.search(text.strip()):
+        return False
+    words = [w.strip(".,;:!?\"'()[]") for w in text.split()]
+    lower = [w.isalpha() and w.islower() for w in words]
+    if sum(lower) >= PROSE_WORDS or len(_CJK.findall(text)) >= 2 * PROSE_WORDS:
+        return True
+    return lower[0] and sum(lower) >= 2
 
 
 def find(edges: dict[int, Edges]) -> dict[int, Found]:

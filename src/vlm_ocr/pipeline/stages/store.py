@@ -15,7 +15,9 @@ from ...storage import JSON_TYPE, PNG_TYPE, TEXT_TYPE, PageRecord, Store
 from ..state import Edges, PageWork
 
 EDGE_LINES = 3  # lines kept from the top and the bottom of a page for the running-head pass
-EDGE_CHARS = 120  # a running head is short; a longer line is the page's text
+# A running head is short: a journal's name, a chapter's title, "Page 3 of 12"; the longest,
+# a download stamp, runs to about 100 characters. A longer line is the page's text.
+EDGE_CHARS = 100
 
 
 class StoreText:

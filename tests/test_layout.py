@@ -226,6 +226,24 @@ def test_a_documents_running_heads_are_dropped_or_kept_and_labelled(
         assert kinds[f"Page {page.page} of 3"] == "page-number"
 
 
+def test_a_page_read_among_reused_ones_loses_the_running_heads_they_lost(
+    tmp_path, loop, cpu_engine, cpu_pool
+) -> None:
+    # pages 1, 2 and 4 read first, their heads found and dropped; then the whole document: 1, 2
+    # and 4 reused, their stored text without the heads, and page 3 read between them
+    worker = new_worker(loop, make_settings(tmp_path, cpu_layout=False), cpu_engine, cpu_pool)
+    job = {"pdf": {"base64": b64(samples.pdf_from_pages(report_pages(4)))}, "output_prefix": "r"}
+    first = run_job(loop, worker, job | {"pages": "1-2,4"})
+    assert any("found on 3 pages" in n for n in first.notes), first.notes
+    stored = {p.page: (tmp_path / "out" / str(p.key)).read_text() for p in first.pages}
+    whole = run_job(loop, worker, job)
+    assert [p.reused for p in whole.pages] == [True, True, False, True]
+    texts = {p.page: (tmp_path / "out" / str(p.key)).read_text() for p in whole.pages}
+    assert "ACME Holdings" not in texts[3] and "Page 3 of 4" not in texts[3], texts[3]
+    assert texts[3].startswith("Section 3.")
+    assert {n: texts[n] for n in stored} == stored  # the reused are left as the first job left them
+
+
 # --- the document to read -----------------------------------------------------------------------
 
 

@@ -72,6 +72,12 @@ class JobKeys:
         return f"{self.prefix}/searchable.pdf"
 
     @property
+    def running_lines(self) -> str:
+        """running-lines.json: each page's first and last lines as read, before any was dropped
+        as a running head, for a later job that reuses the page."""
+        return f"{self.prefix}/running-lines.json"
+
+    @property
     def manifest(self) -> str:
         return f"{self.prefix}/manifest.json"
 

@@ -163,10 +163,14 @@ async def apply(
     pages: list[PageReport],
     edges: dict[int, Edges],
     headers_footers: HeadersFooters,
+    *,
+    reused: frozenset[int] = frozenset(),
 ) -> tuple[list[PageReport], list[str]]:
     """Find the running lines of the job's pages, rewrite what they change, and return the page
-    reports (their `chars` as stored now) with a note for the result."""
-    found = find(edges)
+    reports (their `chars` as stored now) with a note for the result. The `reused` pages (read
+    by an earlier job, their edges as read then) take part in the finding, but their stored
+    files are as that job left them: it has dropped what it found."""
+    found = {n: f for n, f in find(edges).items() if n not in reused}
     if not found:
         return pages, []
     gate = asyncio.Semaphore(CONCURRENCY)
@@ -204,6 +208,29 @@ async def apply(
         f"{done}, labelled in the blocks"
     )
     return [by_page[p.page] for p in pages], [note]
+
+
+async def read_edges(store: Store, key: str) -> dict[int, Edges]:
+    """The pages' edges an earlier job kept under the prefix (none when it kept none, or when
+    they cannot be read: a page is then found among the new ones alone)."""
+    try:
+        kept = json.loads(await store.read_text(key))
+        return {
+            int(n): Edges(tuple(e["top"]), tuple(e["bottom"]), int(e["lines"]))
+            for n, e in kept["pages"].items()
+        }
+    except (StorageError, ValueError, TypeError, KeyError, AttributeError):
+        return {}
+
+
+async def keep_edges(store: Store, key: str, edges: dict[int, Edges]) -> None:
+    """The pages' edges, for a later job that reuses some of them."""
+    pages = {
+        str(n): {"top": list(e.top), "bottom": list(e.bottom), "lines": e.lines}
+        for n, e in sorted(edges.items())
+    }
+    data = json.dumps({"pages": pages}, ensure_ascii=False).encode()
+    await store.put(key, data, JSON_TYPE)
 
 
 async def _label_blocks(store: Store, key: str, found: Found) -> None:

@@ -3,12 +3,14 @@
     running headers and footers (pages without labels) ─► document.md + document.txt (a whole
     PDF) ─► searchable.pdf (when asked)
 
-Each reads the pages as stored, so reused pages take part like new ones. None of them can lose a
-page: what fails here is reported as a job-level problem, and the pages stay stored.
+Each reads the pages as stored, and reused pages take part like new ones (in the running heads by
+their edges as first read, kept in running-lines.json). None of them can lose a page: what fails
+here is reported as a job-level problem, and the pages stay stored.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 
@@ -20,6 +22,8 @@ from . import running_heads, searchable
 from .cpu_pool import CpuPool
 from .sources import Document
 from .state import JobContext
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -53,11 +57,7 @@ class WholeDocument:
         if context.stop is not None or context.json:
             return out  # a job the store or the engine stopped is submitted again to finish
         t0 = time.perf_counter()
-        if context.edges:
-            out.pages, notes = await running_heads.apply(
-                self.store, out.pages, context.edges, job.headers_footers
-            )
-            out.notes += notes
+        await self._running_heads(out, keys, job, context)
         t1 = time.perf_counter()
         out.timings["running_heads_s"] = round(t1 - t0, 3)
         if doc.whole:
@@ -75,6 +75,26 @@ class WholeDocument:
         else:  # an earlier job's would not be of the pages this job read
             await self._drop(out, keys.searchable_pdf)
         return out
+
+    async def _running_heads(
+        self, out: Finished, keys: JobKeys, job: JobInput, context: JobContext
+    ) -> None:
+        """Running heads found among the job's pages: those it read, and those it reused with
+        their edges as an earlier job read them (kept in running-lines.json: their stored text
+        has lost what that job dropped)."""
+        if not context.edges:
+            return  # no page read now: what an earlier job found stands
+        reused = frozenset(p.page for p in out.pages if p.reused and p.page not in context.edges)
+        earlier = await running_heads.read_edges(self.store, keys.running_lines)
+        edges = {n: e for n, e in earlier.items() if n in reused} | context.edges
+        out.pages, notes = await running_heads.apply(
+            self.store, out.pages, edges, job.headers_footers, reused=reused
+        )
+        out.notes += notes
+        try:  # the pages of earlier jobs kept too: a later job may reuse any of them
+            await running_heads.keep_edges(self.store, keys.running_lines, earlier | edges)
+        except StorageError as exc:  # the pages are stored: a later job finds fewer heads
+            log.warning("running-lines.json not stored: %s", exc)
 
     async def _drop_document(self, out: Finished, keys: JobKeys) -> None:
         """Remove a document.md and .txt an earlier job of the whole PDF left under the prefix:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pymupdf
 import pytest
@@ -15,7 +16,7 @@ from vlm_ocr import document, samples
 from vlm_ocr.blocks import MAX_BLOCKS, Block, PageBlocks, RawBlock, place, unturn, with_points
 from vlm_ocr.cli import main as cli
 from vlm_ocr.cli import show
-from vlm_ocr.contract import JobInput
+from vlm_ocr.contract import JobInput, JobResult
 from vlm_ocr.engines.base import Recognition
 from vlm_ocr.engines.families import Reading
 from vlm_ocr.errors import InputError
@@ -322,45 +323,50 @@ def assert_words_in_their_boxes(made: bytes, blocks_file: Path) -> None:
         assert inside == block.content.split(), (block.content, inside)
 
 
+def searchable_page(
+    tmp_path: Path, loop, cpu_engine, cpu_pool, doc: pymupdf.Document, **settings: Any
+) -> tuple[JobResult, pymupdf.Document]:
+    """A one-page PDF's job with a searchable PDF: its result, and the searchable PDF, whose
+    page's words are checked to lie in their blocks' boxes."""
+    worker = new_worker(loop, make_settings(tmp_path, **settings), cpu_engine, cpu_pool)
+    job = {"pdf": {"base64": b64(doc.tobytes())}, "output_prefix": "s", "searchable_pdf": True}
+    result = run_job(loop, worker, job)
+    assert result.status == "ok", result.error
+    made = (tmp_path / "out/s/searchable.pdf").read_bytes()
+    assert_words_in_their_boxes(made, tmp_path / "out/s/page-0001.json")
+    return result, pymupdf.open(stream=made)
+
+
+def sideways_scan(width: float, height: float) -> pymupdf.Document:
+    """A page of the lease whose scan lies on its side, on a page of `width` × `height`."""
+    doc = pymupdf.open()
+    page = doc.new_page(width=width, height=height)
+    page.insert_image(
+        page.rect, stream=png_bytes(page_image(samples.LEGAL_PAGES[1]).rotate(90, expand=True))
+    )
+    return doc
+
+
 def test_a_page_shown_turned_by_its_pdf_is_searchable_as_shown(
     tmp_path, loop, cpu_engine, cpu_pool
 ) -> None:
-    # a landscape page whose scan lies on its side, shown upright by the PDF's /Rotate 90
-    image = page_image(samples.LEGAL_PAGES[1]).rotate(90, expand=True)
-    doc = pymupdf.open()
-    page = doc.new_page(width=842, height=595)
-    page.insert_image(page.rect, stream=png_bytes(image))
-    page.set_rotation(90)
-    worker = new_worker(loop, make_settings(tmp_path), cpu_engine, cpu_pool)
-    job = {"pdf": {"base64": b64(doc.tobytes())}, "output_prefix": "r", "searchable_pdf": True}
-    result = run_job(loop, worker, job)
-    assert result.status == "ok", result.error
-    made = (tmp_path / "out/r/searchable.pdf").read_bytes()
-    with pymupdf.open(stream=made) as out:
-        assert out[0].rect == pymupdf.Rect(0, 0, 595, 842)  # as it was shown
-        assert out[0].search_for("landlord")
-    assert_words_in_their_boxes(made, tmp_path / "out/r/page-0001.json")
+    doc = sideways_scan(842, 595)
+    doc[0].set_rotation(90)  # a landscape page shown upright by the PDF's /Rotate 90
+    _, out = searchable_page(tmp_path, loop, cpu_engine, cpu_pool, doc)
+    assert out[0].rect == pymupdf.Rect(0, 0, 595, 842)  # as it was shown
+    assert out[0].search_for("landlord")
 
 
 def test_a_page_read_turned_is_searchable_along_its_printed_lines(
     tmp_path, loop, cpu_engine, cpu_pool
 ) -> None:
-    # a scan lying on its side on an upright page: read turned, its lines run up the page
-    image = page_image(samples.LEGAL_PAGES[1]).rotate(90, expand=True)
-    doc = pymupdf.open()
-    page = doc.new_page(width=595, height=842)
-    page.insert_image(page.rect, stream=png_bytes(image))
-    settings = make_settings(tmp_path, auto_rotate=True)
-    worker = new_worker(loop, settings, cpu_engine, cpu_pool)
-    job = {"pdf": {"base64": b64(doc.tobytes())}, "output_prefix": "s", "searchable_pdf": True}
-    result = run_job(loop, worker, job)
-    assert result.status == "ok" and result.pages[0].rotated == 90, result.error
-    made = (tmp_path / "out/s/searchable.pdf").read_bytes()
-    with pymupdf.open(stream=made) as out:
-        lines = [ln for b in out[0].get_text("dict")["blocks"] for ln in b.get("lines", [])]
-        assert lines and all(ln["dir"] == (0.0, -1.0) for ln in lines)  # up, as printed
-        assert out[0].search_for("landlord")
-    assert_words_in_their_boxes(made, tmp_path / "out/s/page-0001.json")
+    # the same scan on an upright page: read turned, its lines run up the page
+    doc = sideways_scan(595, 842)
+    result, out = searchable_page(tmp_path, loop, cpu_engine, cpu_pool, doc, auto_rotate=True)
+    assert result.pages[0].rotated == 90
+    lines = [ln for b in out[0].get_text("dict")["blocks"] for ln in b.get("lines", [])]
+    assert lines and all(ln["dir"] == (0.0, -1.0) for ln in lines)  # up, as printed
+    assert out[0].search_for("landlord")
 
 
 def test_a_page_shown_cropped_is_searchable_where_its_words_are_printed(
@@ -368,15 +374,9 @@ def test_a_page_shown_cropped_is_searchable_where_its_words_are_printed(
 ) -> None:
     doc = pymupdf.open(stream=samples.scanned(samples.pdf_from_pages(samples.LEGAL_PAGES[1:])))
     doc[0].set_cropbox(pymupdf.Rect(0, 0, 595, 640))  # its top part: the bottom margin larger
-    worker = new_worker(loop, make_settings(tmp_path), cpu_engine, cpu_pool)
-    job = {"pdf": {"base64": b64(doc.tobytes())}, "output_prefix": "c", "searchable_pdf": True}
-    result = run_job(loop, worker, job)
-    assert result.status == "ok", result.error
-    made = (tmp_path / "out/c/searchable.pdf").read_bytes()
-    with pymupdf.open(stream=made) as out:
-        assert out[0].rect == pymupdf.Rect(0, 0, 595, 640)  # as it was shown
-        assert out[0].search_for("landlord")
-    assert_words_in_their_boxes(made, tmp_path / "out/c/page-0001.json")
+    _, out = searchable_page(tmp_path, loop, cpu_engine, cpu_pool, doc)
+    assert out[0].rect == pymupdf.Rect(0, 0, 595, 640)  # as it was shown
+    assert out[0].search_for("landlord")
 
 
 def test_a_pdf_with_its_own_text_layer_keeps_it(tmp_path, loop, cpu_engine, cpu_pool) -> None:

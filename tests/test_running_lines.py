@@ -54,6 +54,9 @@ def test_a_header_set_smaller_than_the_body_or_in_the_margin_stays_a_header() ->
     assert first_block(small, (95, 175, 405, 197)) == (head, "header")
     high = line(60, head, x1=400)  # in the body's size, in the top margin
     assert first_block(high, (95, 55, 405, 85)) == (head, "header")
+    # as low, in the body's size, but a title's line: a book's chapter, not a line of text
+    chapter = "第六章 水土流失与治理情况"
+    assert first_block(line(180, chapter, x1=400), (95, 175, 405, 205)) == (chapter, "header")
 
 
 def letter_pdf() -> bytes:

@@ -13,6 +13,7 @@ those the model misses are left to the margin rule (`margins.py`).
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections import Counter
 from collections.abc import Sequence
 from itertools import pairwise
@@ -62,6 +63,7 @@ APART = 1.2
 # what furniture says. A gap alone is no evidence: a letter's "Dear Ms. Smith," and a page's
 # first line above an empty line are set apart too.
 SMALLER = 0.7
+_ENDS_AS_TEXT = re.compile(r"[.,:;!?。，：；！？、]$")
 
 
 def in_regions(lines: Sequence[Line], regions: Sequence[Region]) -> list[Line]:
@@ -189,11 +191,17 @@ def _confirmed(
 
 def _set_as_furniture(block: RawBlock, tallest: float, *, height: float, body_h: float) -> bool:
     """Wholly in the top or bottom margin, in clearly smaller type than the body's (`SMALLER`),
-    or saying what furniture says (a page number, a journal's line)."""
+    saying what furniture says (a page number, a journal's line), or a title's line: a running
+    head names a chapter or a work, where a page's first line of text ends as a sentence or a
+    salutation does ("Dear Ms. Smith,")."""
     assert block.box is not None
     top, bottom = margins.MARGIN * height, (1 - margins.MARGIN) * height
     in_margin = block.box[3] <= top or block.box[1] >= bottom
-    return in_margin or tallest <= SMALLER * body_h or margins.says_furniture(block.content)
+    text = block.content.strip()
+    titled = "\n" not in text and not _ENDS_AS_TEXT.search(text)
+    return (
+        in_margin or tallest <= SMALLER * body_h or margins.says_furniture(block.content) or titled
+    )
 
 
 def _inside(line: Line, box: Sequence[float]) -> bool:

@@ -88,6 +88,7 @@ def job_keys_objects() -> set[str]:
         "partial": keys.partial(3),
         "document": keys.document("md"),
         "searchable_pdf": keys.searchable_pdf,
+        "running_lines": keys.running_lines,
         "manifest": keys.manifest,
     }
     public = {name for name in dir(JobKeys) if not name.startswith("_")}

@@ -465,7 +465,11 @@ def test_a_job_runpod_stops_leaves_a_manifest_of_the_pages_done(tmp_path, loop, 
             await anext(stream)
         await stream.aclose()
 
-    asyncio.run(consume_two())
+    caller = asyncio.new_event_loop()  # closed at once after the handler ends, as a loop may be:
+    try:  # the job is cancelled by closing the handler, not by a later step of this loop
+        caller.run_until_complete(consume_two())
+    finally:
+        caller.close()
     manifest = tmp_path / "out/stopped/manifest.json"
     deadline = time.monotonic() + 120  # written on the worker's loop, once the task is cancelled
     while not manifest.is_file() and time.monotonic() < deadline:

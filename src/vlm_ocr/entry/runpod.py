@@ -14,6 +14,7 @@ starts, the result alone on stdout).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -101,13 +102,16 @@ def make_stream_handler(loop: WorkerLoop, worker: Worker) -> StreamHandler:
 
             return worker.run(job["id"], job.get("input"), on_page)
 
-        async for item in loop.stream(run):
-            if isinstance(item, Finished):
-                result: JobResult = item.value
-                exit_if_engine_failed(worker, result)
-                yield final_item(result).model_dump(mode="json", exclude_none=True)
-            else:
-                yield item.model_dump(mode="json", exclude_none=True)
+        # closed with the handler, so that a job the SDK cancels is cancelled then, not when
+        # the stream is collected
+        async with contextlib.aclosing(loop.stream(run)) as items:
+            async for item in items:
+                if isinstance(item, Finished):
+                    result: JobResult = item.value
+                    exit_if_engine_failed(worker, result)
+                    yield final_item(result).model_dump(mode="json", exclude_none=True)
+                else:
+                    yield item.model_dump(mode="json", exclude_none=True)
 
     return handler
 

@@ -9,6 +9,7 @@ to it; the SDK's loop only awaits the answer.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
@@ -46,14 +47,18 @@ class WorkerLoop:
     ) -> AsyncIterator[E | Finished[T]]:
         """Run `start(emit)` on the worker loop and yield, on the caller's loop, each event it
         emits as it comes, then `Finished(result)`. Closing the iterator early (the job was
-        cancelled) cancels the coroutine."""
+        cancelled) cancels the coroutine at once, on the worker loop: not by a step of the
+        caller's loop, which may be closing (the SDK's, once a cancelled job's handler ends)."""
         caller = asyncio.get_running_loop()
         events: asyncio.Queue[E] = asyncio.Queue()
 
         def emit(event: E) -> None:  # called on the worker loop's thread
-            caller.call_soon_threadsafe(events.put_nowait, event)
+            # the caller's loop closed: a page of a cancelled job may still end, unheard
+            with contextlib.suppress(RuntimeError):
+                caller.call_soon_threadsafe(events.put_nowait, event)
 
-        done = asyncio.ensure_future(self.submit(start(emit)))
+        running = asyncio.run_coroutine_threadsafe(start(emit), self.loop)
+        done = asyncio.wrap_future(running)
         try:
             while not done.done():
                 next_event = asyncio.ensure_future(events.get())
@@ -67,7 +72,7 @@ class WorkerLoop:
                 yield events.get_nowait()
             yield Finished(done.result())
         finally:
-            done.cancel()
+            running.cancel()
 
     def stop(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)

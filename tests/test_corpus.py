@@ -26,6 +26,7 @@ from vlm_ocr.client.submit import Options
 from vlm_ocr_lab.standins.loopback_s3 import LoopbackS3, s3_client
 
 from .support import free_port, png_bytes
+from .support import write_pdf as pdf
 from .support.workers import BUCKET, SAFETY_S, Workers, keys, read
 
 
@@ -38,12 +39,6 @@ def s3(loopback_s3: LoopbackS3) -> LoopbackS3:
 def prefix() -> str:
     """A folder of the bucket for this test alone (the workers and the bucket are shared)."""
     return f"t-{uuid.uuid4().hex[:8]}"
-
-
-def pdf(path: Path, pages: int, first: int = 1) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(samples.pdf_from_pages(samples.numbered_pages(pages, lines=2, first=first)))
-    return path
 
 
 def image(path: Path, first: int = 1) -> Path:

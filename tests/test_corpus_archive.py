@@ -31,6 +31,7 @@ from vlm_ocr_lab.standins.instant_worker import InstantWorker
 from vlm_ocr_lab.standins.local_endpoint import API_KEY, Router
 from vlm_ocr_lab.standins.loopback_s3 import LoopbackS3, s3_client
 
+from .support import write_pdf
 from .support.workers import BUCKET, keys, read
 
 
@@ -123,9 +124,7 @@ def base() -> str:
 
 
 def pdf(path: Path, pages: int, first: int = 1) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(samples.pdf_from_pages(samples.numbered_pages(pages, lines=1, first=first)))
-    return path
+    return write_pdf(path, pages, first, lines=1)
 
 
 def tiff(path: Path, frames: int) -> Path:

@@ -18,7 +18,6 @@ from pathlib import Path
 import pymupdf
 from PIL import Image
 
-from vlm_ocr import samples
 from vlm_ocr.cli.local_files import Held, LocalFile, folder_name, result_folders
 from vlm_ocr.cli.progress import CLEAR, PageProgress
 from vlm_ocr.cli.run import summary
@@ -26,7 +25,7 @@ from vlm_ocr.contract import JobResult, PageItem, PageReport, Totals, check_pref
 from vlm_ocr.prompts import PRESETS
 from vlm_ocr_lab.standins.local_endpoint import worker_environ
 
-from .support import TEST_PIXELS, page_image, png_bytes, unwritable_folder
+from .support import TEST_PIXELS, page_image, png_bytes, unwritable_folder, write_pdf
 
 
 def vlm_ocr(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -38,11 +37,6 @@ def vlm_ocr(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=600,
     )
-
-
-def write_pdf(path: Path, pages: int, first: int = 1) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(samples.pdf_from_pages(samples.numbered_pages(pages, lines=2, first=first)))
 
 
 def reference(first: int) -> str:

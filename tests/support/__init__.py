@@ -99,6 +99,15 @@ def page_image(paragraphs: list[str]) -> Image.Image:
     return Image.frombytes("RGB", (pix.width, pix.height), pix.samples)
 
 
+def write_pdf(path: Path, pages: int, first: int = 1, lines: int = 2) -> Path:
+    """A PDF of `numbered_pages` at `path` (its folders made): each page's text its own."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(
+        samples.pdf_from_pages(samples.numbered_pages(pages, lines=lines, first=first))
+    )
+    return path
+
+
 def pdf_job(pages: list[list[str]], prefix: str) -> dict[str, Any]:
     return {"pdf": {"base64": b64(samples.pdf_from_pages(pages))}, "output_prefix": prefix}
 

@@ -13,6 +13,7 @@ read (a PDF's page where the job read an image, a page of another size or shape)
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import re
 import tempfile
@@ -105,6 +106,18 @@ def _check_opens(pdf: Path, argument: str) -> None:
             f"{pdf} is corrupt or truncated: it starts as a PDF but cannot be read; accepted: "
             f"{PDF_ACCEPTED}, complete",
         ) from None
+
+
+def _opened(pdf: Path) -> pymupdf.Document:
+    """The PDF, opened once for all its pages' pictures (opening walks its page tree), again
+    when the file changes."""
+    stat = pdf.stat()
+    return _open_once(str(pdf.resolve()), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=4)
+def _open_once(path: str, mtime_ns: int, size: int) -> pymupdf.Document:
+    return open_pdf(path)
 
 
 def _is_pdf(path: Path) -> bool:
@@ -208,13 +221,12 @@ def source_page(
     """Page `number` of a PDF (an image file is its one page) as the worker read it: turned
     `rotated` degrees clockwise, at `size` (the read image's, or one of its shape)."""
     if _is_pdf(source):
-        with open_pdf(source) as pdf:
-            page = pdf[number - 1]
-            sideways = (rotated or 0) % 180
-            width = size[1] if sideways else size[0]
-            zoom = width / page.rect.width
-            pix = page.get_pixmap(matrix=pymupdf.Matrix(zoom, zoom), alpha=False)
-            image = Image.frombytes("RGB", (pix.width, pix.height), pix.samples)
+        page = _opened(source)[number - 1]
+        sideways = (rotated or 0) % 180
+        width = size[1] if sideways else size[0]
+        zoom = width / page.rect.width
+        pix = page.get_pixmap(matrix=pymupdf.Matrix(zoom, zoom), alpha=False)
+        image = Image.frombytes("RGB", (pix.width, pix.height), pix.samples)
     else:
         image = _open_frame(source, number)
     if rotated:
@@ -231,9 +243,8 @@ def _natural_size(where: Where) -> tuple[float, float]:
     """A PDF page's size in points, an image's in pixels (upright by its EXIF orientation, as
     the worker reads it)."""
     if _is_pdf(where.path):
-        with open_pdf(where.path) as pdf:
-            rect = pdf[where.number - 1].rect
-            return rect.width, rect.height
+        rect = _opened(where.path)[where.number - 1].rect
+        return rect.width, rect.height
     return _open_frame(where.path, where.number).size
 
 
@@ -290,8 +301,7 @@ def words_elsewhere(where: Where, text: str | None) -> str:
     read = _words(text)
     if len(read) < MIN_WORDS:
         return ""
-    with open_pdf(where.path) as pdf:
-        own = _words(pdf[where.number - 1].get_text("text"))
+    own = _words(_opened(where.path)[where.number - 1].get_text("text"))
     if len(own) < MIN_WORDS:
         return ""
     shared = len(read & own)
@@ -347,12 +357,9 @@ def recorded_parts(page: PageReport) -> tuple[str, ...]:
 
 def from_pdf(pdf: Path, pages: Sequence[PageReport]) -> Pictures:
     """Each page by its number in the PDF; a page the job read from an image has none here."""
-    tiff = tiff_pages_of(pdf) > 1  # a fax: its pages are the job's, as the worker read it
-    if tiff:
-        count = tiff_pages_of(pdf)
-    else:
-        with open_pdf(pdf) as doc:
-            count = doc.page_count
+    frames = tiff_pages_of(pdf)
+    tiff = frames > 1  # a fax: its pages are the job's, as the worker read it
+    count = frames if tiff else _opened(pdf).page_count
     found = Pictures(notes=[f"page pictures from {pdf.name}"])
     others = set()
     for page in pages:

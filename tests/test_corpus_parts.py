@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from vlm_ocr import samples
-from vlm_ocr.client.documents import Limits, Listed, Refused, inspect_file, local_identity
+from vlm_ocr.client.documents import Limits, Listed, Refused, examine, local_identity
 from vlm_ocr.client.endpoint import worker_count
 from vlm_ocr.client.gate import MAX_AUTO_IN_FLIGHT, Gate, Plan, poll_interval
 from vlm_ocr.client.listing import Corpus, UsageError, walk
@@ -127,7 +127,7 @@ def test_a_document_is_held_to_a_jobs_limits(tmp_path: Path) -> None:
     limits = Limits(max_bytes=10_000, max_image_pixels=1_000_000)
     good = touch(tmp_path / "good.pdf", samples.pdf_from_pages(samples.numbered_pages(2)))
     assert len(local_identity(Listed(str(good), path=good), limits)) == 64
-    assert inspect_file(good, "pdf", limits) == 2
+    assert examine(good, "pdf", limits).pages == 2
     big = touch(tmp_path / "big.pdf", b"%PDF-" + b"0" * 20_000)
     with pytest.raises(Refused, match=r"0\.02 MB, over the 0\.01 MB limit \(MAX_DOWNLOAD_BYTES\)"):
         local_identity(Listed(str(big), path=big), limits)
@@ -135,10 +135,10 @@ def test_a_document_is_held_to_a_jobs_limits(tmp_path: Path) -> None:
     with pytest.raises(Refused, match="not a PDF or an image"):
         local_identity(Listed(str(odd), path=odd), limits)
     with pytest.raises(Refused, match="not a PDF"):
-        inspect_file(touch(tmp_path / "x.pdf", b"hello"), "pdf", limits)
+        examine(touch(tmp_path / "x.pdf", b"hello"), "pdf", limits)
     pdf = samples.pdf_from_pages(samples.numbered_pages(3, lines=1))
     miscounted = touch(tmp_path / "miscounted.pdf", pdf.replace(b"/Count 3", b"/Count 1"))
-    assert inspect_file(miscounted, "pdf", limits) == 3  # the pages the worker will read
+    assert examine(miscounted, "pdf", limits).pages == 3  # the pages the worker will read
 
 
 def test_the_summary_prices_the_workers_time_and_says_whether_all_is_ok() -> None:

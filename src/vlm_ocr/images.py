@@ -22,6 +22,12 @@ IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".webp", ".tif", ".tiff"}
 LOW_DPI = 60
 
 
+def tiff_pages(image: Image.Image) -> int:
+    """The pages of an opened TIFF (a fax, a scanner's batch); 1 for any other image, whose
+    frames (an animated WebP's) are no pages."""
+    return getattr(image, "n_frames", 1) if image.format == "TIFF" else 1
+
+
 @dataclass(frozen=True)
 class Budget:
     """How large a rendered page may be (total pixels, its longest side), and how a model family

@@ -18,6 +18,7 @@ from PIL import Image, UnidentifiedImageError
 
 from ..contract import JobInput, key_name
 from ..errors import InputError, PageError
+from ..images import tiff_pages
 from ..pdf_file import file_sha256
 from ..pipeline import render
 from ..settings import Settings
@@ -64,7 +65,7 @@ def file_kind(path: Path) -> Kind | None:
             return "pdf"
     try:
         with Image.open(path) as img:
-            return "pdf" if render.tiff_pages(img) > 1 else "image"
+            return "pdf" if tiff_pages(img) > 1 else "image"
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError):
         return None
 

@@ -22,7 +22,7 @@ from typing import Literal
 
 from ..contract import key_name
 from ..errors import EMPTY_PDF, ENCRYPTED_PDF, NOT_A_PDF, UNREADABLE_PDF
-from ..images import ACCEPTED_IMAGE_FORMATS, IMAGE_SUFFIXES
+from ..images import ACCEPTED_IMAGE_FORMATS, IMAGE_SUFFIXES, tiff_pages
 from ..pdf_file import file_sha256, is_pdf, open_pdf
 from ..settings import Settings
 from ..storage import Bucket, BucketInputs, ObjectTooLarge
@@ -188,7 +188,7 @@ def check_image(path: Path, limits: Limits) -> tuple[str, int]:
     with img:
         if img.format not in ACCEPTED_IMAGE_FORMATS:
             raise Refused(f"{img.format} images are not accepted; accepted: PNG, JPEG, WebP, TIFF")
-        frames = getattr(img, "n_frames", 1) if img.format == "TIFF" else 1
+        frames = tiff_pages(img)
         for n in range(frames):
             if n:
                 img.seek(n)  # the next frame's header; no pixels are decoded
@@ -200,12 +200,6 @@ def check_image(path: Path, limits: Limits) -> tuple[str, int]:
                     f"{limits.max_image_pixels / 1e6:g} MP limit (MAX_IMAGE_PIXELS)"
                 )
         return str(img.format), frames
-
-
-def inspect_file(path: Path, kind: Kind, limits: Limits) -> int:
-    """Pages of a local document that passed its checks (an image is one page, a TIFF as many
-    as its frames)."""
-    return examine(path, kind, limits).pages
 
 
 TIFF_SUFFIXES = frozenset({".tif", ".tiff"})

@@ -20,7 +20,7 @@ import pymupdf
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from ..errors import EMPTY_PDF, ENCRYPTED_PDF, NOT_A_PDF, UNREADABLE_PDF, PageError
-from ..images import ACCEPTED_IMAGE_FORMATS, IMAGE_SUFFIXES, Budget, PageImage
+from ..images import ACCEPTED_IMAGE_FORMATS, IMAGE_SUFFIXES, Budget, PageImage, tiff_pages
 from ..pdf_file import is_pdf, recount
 
 # Our own limit (MAX_IMAGE_PIXELS) is checked before decoding; Pillow's warning would duplicate it.
@@ -53,12 +53,6 @@ def _open(path: str) -> tuple[pymupdf.Document, int | None]:
 
 def is_tiff(head: bytes) -> bool:
     return head[:4] in (b"II*\x00", b"MM\x00*")
-
-
-def tiff_pages(image: Image.Image) -> int:
-    """The pages of an opened TIFF (a fax, a scanner's batch); 1 for any other image, whose
-    frames (an animated WebP's) are no pages."""
-    return getattr(image, "n_frames", 1) if image.format == "TIFF" else 1
 
 
 def tiff_pages_of(path: str | Path) -> int:

@@ -9,9 +9,11 @@ from __future__ import annotations
 import hashlib
 import io
 import math
+import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from PIL import Image
+from PIL import Image, UnidentifiedImageError
 
 PNG_LEVEL = 1  # fastest zlib level: ~3x faster than level 6, ~15 % larger on text pages
 # The image files a job takes (the worker's render and the client's checks read these).
@@ -22,10 +24,62 @@ IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".webp", ".tif", ".tiff"}
 LOW_DPI = 60
 
 
+ACCEPTED = "accepted: PNG, JPEG, WebP, TIFF"
+NOT_AN_IMAGE = f"the data is not an image Pillow can read; {ACCEPTED}"
+
+
+class RefusedImage(ValueError):
+    """An image file a job does not take; the message says why and what is accepted. The worker
+    and the client each say it in their own error, from these one set of checks."""
+
+
 def tiff_pages(image: Image.Image) -> int:
     """The pages of an opened TIFF (a fax, a scanner's batch); 1 for any other image, whose
     frames (an animated WebP's) are no pages."""
     return getattr(image, "n_frames", 1) if image.format == "TIFF" else 1
+
+
+def open_header(path: str | Path, max_pixels: int) -> Image.Image:
+    """Open an image by its header (no pixels decoded) and hold its format and its first page
+    to what a job takes (MAX_IMAGE_PIXELS), or RefusedImage."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            image = Image.open(path)
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError):
+        raise RefusedImage(NOT_AN_IMAGE) from None
+    if image.format not in ACCEPTED_IMAGE_FORMATS:
+        image.close()
+        raise RefusedImage(
+            f"{image.format} images are not accepted; accepted: PNG, JPEG, WebP, TIFF"
+        )
+    try:
+        _hold_to(image, max_pixels, "the image")
+    except RefusedImage:
+        image.close()
+        raise
+    return image
+
+
+def check_pages(image: Image.Image, max_pixels: int) -> int:
+    """Each page of an opened TIFF held to the limit as its first is (each frame's header is
+    read, no pixels); returns its pages, and leaves the image at its first."""
+    frames = tiff_pages(image)
+    for n in range(1, frames):
+        image.seek(n)
+        _hold_to(image, max_pixels, f"page {n + 1} of the TIFF")
+    if frames > 1:
+        image.seek(0)
+    return frames
+
+
+def _hold_to(image: Image.Image, max_pixels: int, which: str) -> None:
+    pixels = image.width * image.height
+    if pixels > max_pixels:
+        raise RefusedImage(
+            f"{which} is {image.width}×{image.height} = {pixels / 1e6:.3g} MP, over the "
+            f"{max_pixels / 1e6:g} MP limit (MAX_IMAGE_PIXELS)"
+        )
 
 
 @dataclass(frozen=True)

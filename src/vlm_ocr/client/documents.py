@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import hashlib
 import tempfile
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from ..contract import key_name
 from ..errors import EMPTY_PDF, ENCRYPTED_PDF, NOT_A_PDF, UNREADABLE_PDF
-from ..images import ACCEPTED_IMAGE_FORMATS, IMAGE_SUFFIXES, tiff_pages
+from ..images import IMAGE_SUFFIXES, RefusedImage, check_pages, open_header
 from ..pdf_file import file_sha256, is_pdf, open_pdf
 from ..settings import Settings
 from ..storage import Bucket, BucketInputs, ObjectTooLarge
@@ -139,7 +138,6 @@ def pdf_pages(path: Path) -> int:
         return doc.page_count
 
 
-NOT_AN_IMAGE = "the data is not an image Pillow can read; accepted: PNG, JPEG, WebP, TIFF"
 # what an image's upload is named, by its format, where its own name says otherwise
 FORMAT_SUFFIXES = {"PNG": ".png", "JPEG": ".jpg", "MPO": ".jpg", "WEBP": ".webp", "TIFF": ".tiff"}
 
@@ -177,29 +175,11 @@ def check_image(path: Path, limits: Limits) -> tuple[str, int]:
     """The image's header, as the worker checks it before decoding: its format and its pages
     (a TIFF's frames, each held to MAX_IMAGE_PIXELS as the worker holds them; 1 for any other
     image, whose frames are no pages)."""
-    from PIL import Image, UnidentifiedImageError
-
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            img = Image.open(path)
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError):
-        raise Refused(NOT_AN_IMAGE) from None
-    with img:
-        if img.format not in ACCEPTED_IMAGE_FORMATS:
-            raise Refused(f"{img.format} images are not accepted; accepted: PNG, JPEG, WebP, TIFF")
-        frames = tiff_pages(img)
-        for n in range(frames):
-            if n:
-                img.seek(n)  # the next frame's header; no pixels are decoded
-            pixels = img.width * img.height
-            if pixels > limits.max_image_pixels:
-                which = f"page {n + 1} of the TIFF" if frames > 1 else "the image"
-                raise Refused(
-                    f"{which} is {img.width}×{img.height} = {pixels / 1e6:.0f} MP, over the "
-                    f"{limits.max_image_pixels / 1e6:g} MP limit (MAX_IMAGE_PIXELS)"
-                )
-        return str(img.format), frames
+        with open_header(path, limits.max_image_pixels) as image:
+            return str(image.format), check_pages(image, limits.max_image_pixels)
+    except RefusedImage as exc:
+        raise Refused(str(exc)) from None
 
 
 TIFF_SUFFIXES = frozenset({".tif", ".tiff"})

@@ -11,7 +11,6 @@ from __future__ import annotations
 import io
 import math
 import re
-import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +19,15 @@ import pymupdf
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from ..errors import EMPTY_PDF, ENCRYPTED_PDF, NOT_A_PDF, UNREADABLE_PDF, PageError
-from ..images import ACCEPTED_IMAGE_FORMATS, IMAGE_SUFFIXES, Budget, PageImage, tiff_pages
+from ..images import (
+    IMAGE_SUFFIXES,
+    Budget,
+    PageImage,
+    RefusedImage,
+    check_pages,
+    open_header,
+    tiff_pages,
+)
 from ..pdf_file import is_pdf, recount
 
 # Our own limit (MAX_IMAGE_PIXELS) is checked before decoding; Pillow's warning would duplicate it.
@@ -94,15 +101,11 @@ def inspect_pdf(path: str) -> PdfInfo:
 
 
 def _tiff_as_pdf(path: str, max_image_pixels: int) -> None:
-    with open_image(path, max_image_pixels) as img:  # its headers: no page decoded yet
-        for n in range(1, getattr(img, "n_frames", 1)):
-            img.seek(n)
-            if img.width * img.height > max_image_pixels:
-                raise PageError(
-                    "open",
-                    f"page {n + 1} of the TIFF is {img.width}×{img.height}, over the "
-                    f"{max_image_pixels / 1e6:g} MP limit (MAX_IMAGE_PIXELS)",
-                )
+    try:
+        with open_header(path, max_image_pixels) as img:  # its headers: no page decoded yet
+            check_pages(img, max_image_pixels)
+    except RefusedImage as exc:
+        raise PageError("open", str(exc)) from None
     try:
         with pymupdf.open(path, filetype="tiff") as tiff:
             data = tiff.convert_to_pdf()
@@ -225,24 +228,9 @@ def render_image(path: str, budget: Budget, max_image_pixels: int) -> PageImage:
 def open_image(path: str, max_image_pixels: int) -> Image.Image:
     """Read an image's header and check it, without decoding its pixels."""
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            img = Image.open(path)
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError):
-        raise PageError(
-            "decode", "the data is not an image Pillow can read; accepted: PNG, JPEG, WebP, TIFF"
-        ) from None
-    if img.format not in ACCEPTED_IMAGE_FORMATS:
-        raise PageError(
-            "decode", f"{img.format} images are not accepted; accepted: PNG, JPEG, WebP, TIFF"
-        )
-    if img.width * img.height > max_image_pixels:
-        raise PageError(
-            "decode",
-            f"the image is {img.width}×{img.height} = {img.width * img.height / 1e6:.0f} MP, "
-            f"over the {max_image_pixels / 1e6:g} MP limit (MAX_IMAGE_PIXELS)",
-        )
-    return img
+        return open_header(path, max_image_pixels)
+    except RefusedImage as exc:
+        raise PageError("decode", str(exc)) from None
 
 
 def image_pixels(path: str) -> int:

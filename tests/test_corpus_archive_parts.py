@@ -75,7 +75,8 @@ def test_a_fax_is_its_pages_each_held_to_the_image_limit(tmp_path: Path) -> None
     one = examine(tiff(tmp_path / "one.tiff", [(200, 100)]), "image", limits)
     assert (one.kind, one.pages) == ("image", 1)
     big = tiff(tmp_path / "big.tif", [(200, 100), (1000, 200)])
-    with pytest.raises(Refused, match=r"page 2 of the TIFF is 1000×200 = 0\.2 MP, over the 0\.1 MP"):
+    said = r"page 2 of the TIFF is 1000×200 = 0\.2 MP, over the 0\.1 MP"
+    with pytest.raises(Refused, match=said):
         examine(big, "image", limits)
     letter = touch(tmp_path / "letter.pdf", b"Dear sir")
     with pytest.raises(Refused, match=r"not a PDF \(it does not start with %PDF\)"):

@@ -176,3 +176,13 @@ def test_a_run_on_a_vllm_newer_than_the_images_is_a_trial_off_the_defaults() -> 
     for vllm in (IMAGE_VLLM, f"{major}.{minor - 1}.0", f"{IMAGE_VLLM}+cu130"):  # the image's, and
         # an older image's engine, whose rows name it
         assert measured.parse(_row(family="olmocr", start_mode="fast", vllm=vllm)).at_defaults
+
+
+def test_a_run_on_another_card_stands_apart_from_the_h200s() -> None:
+    h100 = measured.parse(_row(family="olmocr", start_mode="fast", gpu="NVIDIA H100 80GB HBM3"))
+    assert h100.off_defaults == {"GPU": "H100"}
+    h200 = measured.parse(_row(family="olmocr", start_mode="fast", gpu="NVIDIA H200"))
+    assert h200.at_defaults
+    rows = [h200, h100]
+    assert measured.latest("olmocr", rows=rows) is h200
+    assert measured.latest("olmocr", rows=rows, overrides={"GPU": "H100"}) is h100

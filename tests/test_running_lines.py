@@ -154,3 +154,15 @@ def test_heads_that_differ_in_more_than_their_spacing_are_not_running_heads() ->
     heads = ["Part A · Rivers 1", "Part B · Cities 2", "Part C · Roads 3"]
     found = running_heads.find({n: edges_of(t) for n, t in report(heads).items()})
     assert {f.top for f in found.values()} == {0}  # the page numbers alone
+
+
+def test_figures_at_the_tops_of_pages_are_no_running_head() -> None:
+    # each page's figure link names its page, so the links differ by the pages' numbers alone,
+    # as a running head's page number does: the figures stay in the text
+    pages = {
+        n: f"![figure](page-{n:04d}-figure-1.png)\nTable {n}: rivers and their lengths\n{CLOSING}"
+        for n in (3, 4)
+    }
+    assert running_heads.find({n: edges_of(t) for n, t in pages.items()}) == {}
+    html = {n: f'<img src="page-{n:04d}-figure-1.png">\nBody {n * 7}' for n in (1, 2)}
+    assert running_heads.find({n: edges_of(t) for n, t in html.items()}) == {}

@@ -43,6 +43,7 @@ _SENTENCE_END = re.compile(r"[.!?。！？][\"'”’)\]]*$")
 _CJK_RANGE = r"\u2e80-\u9fff\uac00-\ud7af\uf900-\ufaff"
 _CJK = re.compile(f"[{_CJK_RANGE}]")
 _NUMBER = re.compile(r"\d+")
+_PICTURE = re.compile(r"!\[[^\]]*\]\(|<img\b", re.IGNORECASE)  # a Markdown or HTML image
 _MARKUP = re.compile(r"^[#>*_\-\s|]+|[*_\s|]+$")
 # Marks the recognizer reads as one or another of a kind, and space it reads or misses beside a
 # mark or a CJK character (where CJK sets none): none of it tells two lines apart.
@@ -82,7 +83,9 @@ class _Line:
 
     @classmethod
     def of(cls, text: str) -> _Line:
-        if _prose(text):
+        # a figure's link names its page ("page-0003-figure-1.png"), so two pages' figures at
+        # their tops read as one line but for the page's number: content, never a running head
+        if _prose(text) or _PICTURE.search(text):
             return cls("", ())  # never repeats
         return cls(normalised(text), tuple(_NUMBER.findall(unicodedata.normalize("NFKC", text))))
 
@@ -175,14 +178,15 @@ async def apply(
         return pages, []
     gate = asyncio.Semaphore(CONCURRENCY)
     by_page = {p.page: p for p in pages}
+    labelled: set[int] = set()
 
     async def one(number: int, lines: Found) -> None:
         report = by_page.get(number)
         if report is None or report.key is None:
             return
         async with gate:
-            if report.blocks_key:
-                await _label_blocks(store, report.blocks_key, lines)
+            if report.blocks_key and await _label_blocks(store, report.blocks_key, lines):
+                labelled.add(number)
             if headers_footers == "drop":
                 text = await store.read_text(report.key)
                 kept = strip(text, lines)
@@ -203,9 +207,11 @@ async def apply(
     kinds = {k: v for f in found.values() for k, v in f.kinds.items()}
     shown = ", ".join(repr(k) for k in list(kinds)[:3]) + (", …" if len(kinds) > 3 else "")
     done = "dropped from the page texts" if headers_footers == "drop" else "kept in the page texts"
+    if labelled:
+        done += ", labelled in the blocks"
     note = (
         f"running headers and footers found on {len(found)} pages ({shown}; numbers read as #): "
-        f"{done}, labelled in the blocks"
+        f"{done}"
     )
     return [by_page[p.page] for p in pages], [note]
 
@@ -233,7 +239,8 @@ async def keep_edges(store: Store, key: str, edges: dict[int, Edges]) -> None:
     await store.put(key, data, JSON_TYPE)
 
 
-async def _label_blocks(store: Store, key: str, found: Found) -> None:
+async def _label_blocks(store: Store, key: str, found: Found) -> bool:
+    """Label the page's blocks that hold its running lines; whether any was labelled."""
     record = await store.record(key)
     doc = PageBlocks.model_validate(json.loads(await store.read_text(key)))
     changed = False
@@ -245,3 +252,4 @@ async def _label_blocks(store: Store, key: str, found: Found) -> None:
     if changed:
         data = doc.model_dump_json(exclude_none=True).encode()
         await store.put(key, data, JSON_TYPE, record)
+    return changed

@@ -160,3 +160,55 @@ def test_http_error_and_redirects(server: LoopbackServer) -> None:
     assert fetch(server.url + "/hop", allow_private=True) == b"done"
     with pytest.raises(InputError, match="HTTP 404"):
         fetch(server.url + "/missing", allow_private=True)
+
+
+def test_a_host_is_resolved_once_and_connected_to_at_the_address_checked(
+    server: LoopbackServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A name only this resolver knows: were the connection to resolve it again (where a name
+    # can turn to another address after its check), it would fail. The server still sees the
+    # name the URL gave, and a redirect is resolved afresh and checked again.
+    from vlm_ocr.pipeline import fetch as fetching
+
+    asked: list[str] = []
+
+    async def resolve(host: str, port: int) -> list[str]:
+        asked.append(host)
+        return ["127.0.0.1"]
+
+    hosts: list[str] = []
+
+    def route(h) -> None:
+        hosts.append(h.headers["Host"])
+        h.send_response(200)
+        h.send_header("Content-Length", "2")
+        h.end_headers()
+        h.wfile.write(b"ok")
+
+    server.routes["/a.pdf"] = route
+    server.redirect("/hop", "/a.pdf")
+    monkeypatch.setattr(fetching, "_resolve", resolve)
+    port = server.url.rsplit(":", 1)[1]
+    assert fetch(f"http://files.test:{port}/hop", allow_private=True) == b"ok"
+    assert asked == ["files.test", "files.test"] and hosts == [f"files.test:{port}"]
+    # unless private hosts are allowed, the address resolved is checked before any connection
+    with pytest.raises(InputError, match=r"'files\.test' resolves to a loopback address"):
+        fetch("https://files.test/a.pdf")
+
+
+def test_the_name_is_kept_for_the_host_header_and_the_certificate(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from vlm_ocr.pipeline import fetch as fetching
+
+    async def resolve(host: str, port: int) -> list[str]:
+        return ["2001:4860::1"]  # public, and never connected to: the request is only built
+
+    monkeypatch.setattr(fetching, "_resolve", resolve)
+    pinned = asyncio.run(fetching._pin("https://Bücher.test/a.pdf?t=1", "input.pdf.url", False))
+    assert str(pinned.url) == "https://[2001:4860::1]/a.pdf?t=1"
+    assert pinned.headers == {"Host": "xn--bcher-kva.test"}
+    assert pinned.extensions == {"sni_hostname": "xn--bcher-kva.test"}
+    # an address given as such is fetched as it is
+    given = asyncio.run(fetching._pin("https://[2001:4860::1]:8443/a", "input.pdf.url", False))
+    assert str(given.url) == "https://[2001:4860::1]:8443/a" and not given.headers

@@ -13,10 +13,12 @@ without their credentials and query (`redact`), which may hold tokens.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import ipaddress
 import logging
 import socket
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import BinaryIO
 from urllib.parse import urljoin, urlsplit
 
@@ -101,21 +103,46 @@ def url_target(url: str, field: str, allow_private: bool) -> tuple[str, int]:
     return host, port
 
 
-async def _check_target(url: str, field: str, allow_private: bool) -> None:
+@dataclass(frozen=True)
+class _Pinned:
+    """A URL's request with its host resolved once and checked: the connection goes to the
+    address checked, so a name that resolves anew between the check and the connection (DNS
+    rebinding) cannot turn it to another; the Host header and TLS's server name (against which
+    the certificate is verified) keep the host's own name."""
+
+    url: httpx.URL
+    headers: dict[str, str] = dataclasses.field(default_factory=dict)
+    extensions: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+async def _resolve(host: str, port: int) -> list[str]:
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return [info[4][0] for info in infos]
+
+
+async def _pin(url: str, field: str, allow_private: bool) -> _Pinned:
     host, port = url_target(url, field, allow_private)
-    if allow_private:
-        return
     try:
-        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        addrs = await _resolve(host, port)
     except (socket.gaierror, UnicodeError) as exc:
         reason = getattr(exc, "strerror", None) or "invalid host name"
         raise InputError(field, f"cannot resolve host {host!r}: {reason}") from None
-    for info in infos:
-        reason = blocked(info[4][0])
+    for addr in () if allow_private else addrs:
+        reason = blocked(addr)
         if reason:
             raise InputError(
                 field, f"{host!r} resolves to a {reason}; only public hosts are fetched"
             )
+    target = httpx.URL(url)
+    # an address given as such, or one with a zone (a link-local one: never public) as it is
+    if not addrs or target.host == addrs[0] or "%" in addrs[0]:
+        return _Pinned(target)
+    name = target.raw_host.decode("ascii")
+    return _Pinned(
+        target.copy_with(host=addrs[0]),
+        {"Host": target.netloc.decode("ascii")},
+        {"sni_hostname": name},
+    )
 
 
 async def download(
@@ -151,10 +178,12 @@ async def _download(
     timeout = httpx.Timeout(timeout_s, connect=min(10.0, timeout_s))
     async with httpx.AsyncClient(timeout=timeout, follow_redirects=False) as client:
         for _ in range(MAX_REDIRECTS + 1):
-            await _check_target(url, field, allow_private)
+            pinned = await _pin(url, field, allow_private)
             shown = redact(url)
             try:
-                async with client.stream("GET", url) as resp:
+                async with client.stream(
+                    "GET", pinned.url, headers=pinned.headers, extensions=pinned.extensions
+                ) as resp:
                     if not allow_private:
                         _check_peer(resp, field)
                     if resp.is_redirect:

@@ -3,6 +3,7 @@ and a worker per test. Helpers are in `tests/support`."""
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -34,6 +35,18 @@ def no_outside_settings() -> Iterator[None]:
     saved = {k: os.environ.pop(k) for k in names}
     yield
     os.environ.update(saved)
+
+
+@pytest.fixture(autouse=True)
+def no_stale_log_handlers() -> Iterator[None]:
+    """A command a test runs sets logging up on the stderr of its moment (pytest's capture,
+    closed after the test): a later test's log lines must not go to that closed stream."""
+    root = logging.getLogger()
+    before = set(root.handlers)
+    yield
+    for handler in root.handlers[:]:
+        if handler not in before and type(handler) is logging.StreamHandler:
+            root.removeHandler(handler)
 
 
 @pytest.fixture(scope="session")

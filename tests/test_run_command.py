@@ -9,6 +9,7 @@ import io
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -18,21 +19,30 @@ from pathlib import Path
 import pymupdf
 from PIL import Image
 
-from vlm_ocr.cli.local_files import Held, LocalFile, folder_name, result_folders
+from vlm_ocr.cli.local_files import Held, LocalFile, check_file, folder_name, result_folders
 from vlm_ocr.cli.progress import CLEAR, PageProgress
 from vlm_ocr.cli.run import summary
 from vlm_ocr.contract import JobResult, PageItem, PageReport, Totals, check_prefix
 from vlm_ocr.prompts import PRESETS
 from vlm_ocr_lab.standins.local_endpoint import worker_environ
 
-from .support import TEST_PIXELS, page_image, png_bytes, unwritable_folder, write_pdf
+from .support import (
+    SPARE_LIMITS_ENV,
+    TEST_PIXELS,
+    free_port,
+    make_settings,
+    page_image,
+    png_bytes,
+    unwritable_folder,
+    write_pdf,
+)
 
 
-def vlm_ocr(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def vlm_ocr(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "vlm_ocr", *args],
         cwd=cwd,
-        env=worker_environ(MAX_PIXELS=str(TEST_PIXELS)),
+        env=worker_environ(MAX_PIXELS=str(TEST_PIXELS), **env),
         capture_output=True,
         text=True,
         timeout=600,
@@ -60,6 +70,7 @@ def test_each_file_is_named_with_what_is_wrong_before_the_engine_starts(tmp_path
     assert len(lines) == 6, proc.stderr
     assert lines[0].startswith(f"vlm-ocr run: notes.txt: not a PDF or an image; {accepted}")
     assert lines[1].startswith(f"vlm-ocr run: scans: a folder, not a file; {accepted}")
+    assert lines[1].endswith(", of which it holds none")
     assert lines[2] == "vlm-ocr run: logo.gif: GIF images are not accepted; accepted: PNG, " + (
         "JPEG, WebP, TIFF"
     )
@@ -97,7 +108,10 @@ def test_progress_is_a_line_every_while_when_stderr_is_not_a_terminal(tmp_path: 
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [line for line in proc.stderr.splitlines() if line.startswith("vlm-ocr run: ")]
     # --progress-every 0: a line per page, over all the files' pages, with pace and time left
-    shape = re.compile(r"vlm-ocr run: (\d)/4 pages \(\d+ %\), [\d.]+ pages/s, (.+) \((\S+)\)")
+    # (and the next page, when the engine has it already)
+    shape = re.compile(
+        r"vlm-ocr run: (\d)/4 pages \(\d+ %\)(?:, 1 reading)?, [\d.]+ pages/s, (.+) \((\S+)\)"
+    )
     seen = [shape.fullmatch(line) for line in lines]
     assert all(seen) and len(seen) == 4, lines
     assert [int(m[1]) for m in seen if m] == [1, 2, 3, 4]
@@ -292,7 +306,8 @@ def test_ctrl_c_stops_in_one_line_and_the_same_command_goes_on(tmp_path: Path) -
     assert out == "" and "Traceback" not in err and "KeyboardInterrupt" not in err, err
     said = re.fullmatch(
         r"vlm-ocr run: interrupted: (\d+) of 8 pages stored; run the same command again to go "
-        r"on \(the pages stored are reused, not read again\)\n",
+        r"on \(the pages stored are reused, not read again\); stopping the engine(?:, dropping "
+        r"the 1 page in hand)? \(Ctrl-C again leaves at once\)\n",
         err,
     )
     assert said and int(said[1]) >= 1, err
@@ -394,3 +409,54 @@ def test_a_file_given_twice_is_read_once(tmp_path: Path) -> None:
     assert said[1:] and all(re.match(r"vlm-ocr run: [01]/1 pages ", line) for line in said[1:])
     assert proc.stdout.count("one.pdf: ") == 1 and "reused" not in proc.stdout, proc.stdout
     assert job_folders(tmp_path / "results") == ["one"]
+
+
+def test_a_folder_is_refused_with_the_files_in_it_to_give_instead(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path)
+    scans = tmp_path / "my scans"
+    write_pdf(scans / "a.pdf", 1)
+    write_pdf(scans / "B.PDF", 1)
+    (scans / "scan.png").write_bytes(png_bytes(page_image(["Invoice 42"])))
+    (scans / ".DS_Store").write_text("not given by the shell's * either\n")
+    folder = shlex.quote(str(scans))
+    submit = "(vlm-ocr submit walks folders, over an endpoint's workers)"
+    assert check_file(scans, None, settings) == (
+        f"{scans}: a folder, not a file; it holds 3 PDFs and images: give them, e.g. "
+        f"vlm-ocr run {folder}/* {submit}"
+    )
+    # beside what is refused (a text, a subfolder), a pattern for each extension read
+    (scans / "notes.txt").write_text("meeting notes\n")
+    (scans / "old").mkdir()
+    assert check_file(scans, None, settings) == (
+        f"{scans}: a folder, not a file; it holds 3 PDFs and images: give them, e.g. "
+        f"vlm-ocr run {folder}/*.PDF {folder}/*.pdf {folder}/*.png {submit}"
+    )
+    assert check_file(scans / "old", None, settings) == (
+        f"{scans / 'old'}: a folder, not a file; accepted: PDF, PNG, JPEG, WebP or TIFF files "
+        "(.pdf, .png, .jpg, .webp, .tif, …), of which it holds none"
+    )
+
+
+def test_a_bucket_that_cannot_be_reached_is_said_as_its_settings_before_the_engine_starts(
+    tmp_path: Path,
+) -> None:
+    write_pdf(tmp_path / "lease.pdf", 1)
+    endpoint = f"http://127.0.0.1:{free_port()}"  # bound, read and closed: nothing listens
+    bucket = {
+        "BUCKET_NAME": "b",
+        "BUCKET_ENDPOINT_URL": endpoint,
+        "BUCKET_ACCESS_KEY_ID": "key",
+        "BUCKET_SECRET_ACCESS_KEY": "secret",
+        "BUCKET_PREFIX": "runs/2026",
+        "BUCKET_MAX_ATTEMPTS": "1",
+    }
+    proc = vlm_ocr("run", "lease.pdf", cwd=tmp_path, **(SPARE_LIMITS_ENV | bucket))
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.splitlines()[-1] == (
+        "vlm-ocr run: the settings cannot work: GET s3://b/runs/2026/lease/manifest.json: the "
+        "bucket could not be reached (EndpointConnectionError); the results go to the bucket the "
+        f"settings name (BUCKET_NAME=b at BUCKET_ENDPOINT_URL={endpoint}, under "
+        "BUCKET_PREFIX=runs/2026, with BUCKET_ACCESS_KEY_ID and BUCKET_SECRET_ACCESS_KEY): mend "
+        "them, or give --out DIR to write the results to a local folder"
+    )
+    assert "engine ready" not in proc.stderr  # said before the engine's start, not after it

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import shlex
 import stat
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ OPTION_OF_FIELD = {
 # The field of the file itself: the line that reports it already names the file.
 _SOURCE_FIELD = re.compile(r"input\.(?:pdf|images\[0\])(?:\.base64)?: ")
 FOLDER_CHARS = 100  # of the name kept in a folder's name; the prefix may have 200
+LOOKED_AT = 1000  # entries of a folder given as a file looked at for the files to give instead
 OUT_ACCEPTED = "accepted: a folder to write the results in (made if it is not there)"
 
 
@@ -84,7 +86,7 @@ def check_file(path: Path, pages: str | None, settings: Settings) -> LocalFile |
     if not path.exists():
         return f"{path}: no such file"
     if path.is_dir():
-        return f"{path}: a folder, not a file; accepted: {ACCEPTED_FILES}"
+        return f"{path}: a folder, not a file{folder_hint(path)}"
     if not path.is_file():  # read once and gone (a pipe), or endless (a device): not a job's file
         return (
             f"{path}: not a regular file ({special_kind(path)}); save it to a file first and "
@@ -109,6 +111,40 @@ def check_file(path: Path, pages: str | None, settings: Settings) -> LocalFile |
         return f"{path}: {exc.message}"
     except InputError as exc:
         return f"{path}: {in_our_words(str(exc))}"
+
+
+def folder_hint(path: Path, looked_at: int = LOOKED_AT) -> str:
+    """What to give instead of a folder, as the rest of its line: the files in it that are
+    accepted, by the shell's pattern that names them alone (`DIR/*` names a subfolder or a
+    text file too, each refused again), and `vlm-ocr submit`, which walks folders."""
+    try:
+        entries = sorted(e for e in path.iterdir() if not e.name.startswith("."))[:looked_at]
+    except OSError as exc:
+        return f"; accepted: {ACCEPTED_FILES} (and it cannot be read: {exc.strerror})"
+    accepted = [e for e in entries if _accepted(e)]
+    if not accepted:
+        return f"; accepted: {ACCEPTED_FILES}, of which it holds none"
+    folder = shlex.quote(str(path))
+    if len(accepted) == len(entries):
+        patterns = [f"{folder}/*"]
+    else:  # by their extensions, as typed: the shell's patterns tell case apart
+        patterns = [f"{folder}/*{s}" for s in sorted({e.suffix for e in accepted}) if s]
+    some = "at least " if len(entries) == looked_at else ""
+    count = f"{some}{len(accepted)} PDFs and images: give them"
+    if len(accepted) == 1:
+        count = "1 PDF or image: give it"
+    example = " ".join(patterns) or shlex.quote(str(accepted[0]))
+    return (
+        f"; it holds {count}, e.g. vlm-ocr run {example} (vlm-ocr submit walks folders, over an "
+        "endpoint's workers)"
+    )
+
+
+def _accepted(path: Path) -> bool:
+    try:
+        return path.is_file() and file_kind(path) is not None
+    except OSError:  # unreadable: not one to suggest
+        return False
 
 
 def special_kind(path: Path) -> str:

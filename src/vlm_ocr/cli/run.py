@@ -5,9 +5,11 @@ one the handler would use: the bucket when bucket settings are present, else `OU
 
 The files and options are checked before the engine starts (`local_files`), and errors name the
 file or the option the user gave. Each file gets a folder of its own, named from its name
-(`local_files.result_folders`). While pages are read, progress goes to stderr (`progress`).
+(`local_files.result_folders`), before the engine starts, so a bucket that cannot be read is
+said first, as the settings' problem. While pages are read, progress goes to stderr (`progress`).
 Ctrl-C stops the run where it is: one line says how many pages are stored, which the same
-command reuses when run again; a second Ctrl-C leaves at once."""
+command reuses when run again, and the run leaves once the stopped job's manifest is written and
+the engine closed; a second Ctrl-C leaves at once."""
 
 from __future__ import annotations
 
@@ -20,10 +22,12 @@ import math
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..contract import JobResult
+from ..errors import ConfigError, StorageError
 from ..settings import Settings
 from ..storage import JobKeys, ObjectMissing
 from .local_files import (
@@ -38,10 +42,11 @@ from .local_files import (
     pages_unused,
     result_folders,
 )
-from .progress import PageProgress
+from .progress import CountingEngine, PageProgress, heartbeat
 from .usage import prompt_help
 
 if TYPE_CHECKING:
+    from ..engines.base import Engine
     from ..pipeline.worker import Worker
 
 PROGRESS_EVERY_S = 30.0  # a line this often when stderr is not a terminal
@@ -82,8 +87,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=float,
         default=PROGRESS_EVERY_S,
         metavar="SECONDS",
-        help="when stderr is not a terminal, a progress line this often "
-        f"(default {PROGRESS_EVERY_S:g}; on a terminal the line is live)",
+        help="when stderr is not a terminal, a progress line at least this often while pages "
+        f"are read, 0 one as each page finishes (default {PROGRESS_EVERY_S:g}; on a terminal "
+        "the line is live)",
     )
 
 
@@ -153,6 +159,7 @@ def once_each(paths: list[Path]) -> tuple[list[Path], list[str]]:
 
 
 async def run_main(settings: Settings, args: argparse.Namespace) -> int:
+    from ..engines.factory import make_engine
     from ..pipeline.worker import build_worker
 
     files, problems, notes = check(settings, args)
@@ -167,42 +174,67 @@ async def run_main(settings: Settings, args: argparse.Namespace) -> int:
     if args.max_pixels is not None and args.max_pixels > settings.flat()["max_pixels"]:
         # the run starts its own engine: with the page budget asked for, not the default's
         settings = settings.with_(max_pixels=args.max_pixels)
-    worker = build_worker(settings, out_dir=Path(args.out) if args.out is not None else None)
     progress = PageProgress(
         sum(f.pages for f in files),
         sys.stderr,
         live=sys.stderr.isatty() and not args.quiet,
         every_s=math.inf if args.quiet else args.progress_every,
     )
+    engine = cast("Engine", CountingEngine(make_engine(settings), progress))
+    worker = build_worker(
+        settings, engine, out_dir=Path(args.out) if args.out is not None else None
+    )
     stop = Interrupt(asyncio.current_task(), progress)
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGINT, stop)
+    try:  # a second Ctrl-C while the worker closes leaves at once, too
+        return await run_worker(worker, files, args, progress, stop)
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+
+
+async def run_worker(
+    worker: Worker,
+    files: list[LocalFile],
+    args: argparse.Namespace,
+    progress: PageProgress,
+    stop: Interrupt,
+) -> int:
+    """The files' folders (before the engine starts: a bucket that cannot be reached is said
+    at once), the engine, and the files; on Ctrl-C, the line that says so, and out."""
+    ticking = None
     try:
+        folders = await file_folders(worker, files)
         await worker.start()
-        failed = await run_files(worker, files, args, progress)
+        progress.ready()
+        if progress.live or 0 < progress.every_s < math.inf:
+            ticking = asyncio.create_task(heartbeat(progress))
+        failed = await run_files(worker, list(zip(files, folders, strict=True)), args, progress)
     except asyncio.CancelledError:
         if not stop.pressed:
             raise
         stop.task.uncancel()
         stop.say()
-        return INTERRUPTED_STATUS
     finally:
-        loop.remove_signal_handler(signal.SIGINT)
+        if ticking is not None:
+            ticking.cancel()
         progress.clear()
         await worker.close()
+    if stop.pressed:
+        stop.leave()
+        return INTERRUPTED_STATUS  # where `exit` returns (a test's)
     return 1 if failed else 0
 
 
-async def run_files(
-    worker: Worker, files: list[LocalFile], args: argparse.Namespace, progress: PageProgress
-) -> int:
-    """Each file as one job in its own folder, in turn, its summary printed as it ends; how
-    many failed."""
-    failed = 0
+async def file_folders(worker: Worker, files: list[LocalFile]) -> list[str]:
+    """Each file's folder in the store (`local_files.result_folders`), found by the manifests
+    earlier runs left there. A bucket that cannot be read is the settings' problem: said as
+    one, with the key read in full."""
 
     async def held(folder: str) -> Held | None:
+        key = JobKeys(worker.store.key_prefix + folder).manifest  # where the job writes it
         try:
-            manifest = json.loads(await worker.store.read_text(JobKeys(folder).manifest))
+            manifest = json.loads(await worker.store.read_text(key))
         except ObjectMissing:
             return None
         except ValueError:  # not a manifest of ours: the folder is not this file's
@@ -210,7 +242,35 @@ async def run_files(
         names = frozenset(str(page.get("source")) for page in manifest.get("pages") or [])
         return Held(manifest.get("input_sha256"), names)
 
-    for file, folder in zip(files, await result_folders(files, held), strict=True):
+    try:
+        return await result_folders(files, held)
+    except StorageError as exc:
+        if worker.store.kind != "s3":
+            raise
+        raise ConfigError(f"{exc}; {bucket_fix(worker.settings)}") from None
+
+
+def bucket_fix(settings: Settings) -> str:
+    """The settings that select the bucket, as given, and the way round it."""
+    bucket = settings.bucket
+    return (
+        f"the results go to the bucket the settings name (BUCKET_NAME={bucket.bucket_name} at "
+        f"BUCKET_ENDPOINT_URL={bucket.bucket_endpoint_url}, under BUCKET_PREFIX="
+        f"{bucket.bucket_prefix}, with BUCKET_ACCESS_KEY_ID and BUCKET_SECRET_ACCESS_KEY): mend "
+        "them, or give --out DIR to write the results to a local folder"
+    )
+
+
+async def run_files(
+    worker: Worker,
+    files: list[tuple[LocalFile, str]],
+    args: argparse.Namespace,
+    progress: PageProgress,
+) -> int:
+    """Each file as one job in its folder, in turn, its summary printed as it ends; how many
+    failed."""
+    failed = 0
+    for file, folder in files:
         options = job_options(args)
         if file.kind == "image":
             options.pop("pages", None)
@@ -228,30 +288,56 @@ async def run_files(
 
 
 class Interrupt:
-    """The SIGINT handler: the first Ctrl-C cancels the run (the pages stored stay stored); a
-    second one says the same line and leaves at once."""
+    """The SIGINT handler: the first Ctrl-C cancels the run (the pages stored stay stored, the
+    stopped job's manifest is written), closes the engine, and leaves without waiting for the
+    pages the engine had in hand; a second one says the same line and leaves at once."""
 
-    def __init__(self, task: asyncio.Task[Any] | None, progress: PageProgress) -> None:
+    def __init__(
+        self,
+        task: asyncio.Task[Any] | None,
+        progress: PageProgress,
+        exit: Callable[[int], object] = os._exit,
+    ) -> None:
         assert task is not None  # made in a coroutine
-        self.task, self.progress = task, progress
+        self.task, self.progress, self.exit = task, progress, exit
         self.pressed = False
+        self.in_hand = 0
 
     def __call__(self) -> None:
         if self.pressed:
-            self.say()
-            os._exit(INTERRUPTED_STATUS)  # the child processes end with this one (PDEATHSIG)
+            self.say(again=True)
+            self.leave()
+            return
         self.pressed = True
+        self.in_hand = self.progress.reading  # the count is gone once their tasks are cancelled
         self.task.cancel()
 
-    def say(self) -> None:
+    def say(self, *, again: bool = False) -> None:
         self.progress.clear()
+        if again:
+            waiting = ""
+        else:
+            pages = f", dropping the {plural(self.in_hand, 'page')} in hand" if self.in_hand else ""
+            waiting = f"; stopping the engine{pages} (Ctrl-C again leaves at once)"
         print(
             f"vlm-ocr run: interrupted: {self.progress.stored} of {self.progress.total} pages "
             "stored; run the same command again to go on (the pages stored are reused, not read "
-            "again)",
+            f"again){waiting}",
             file=sys.stderr,
             flush=True,
         )
+
+    def leave(self) -> None:
+        """Out now, status 130. After the first Ctrl-C the manifest is written and the engine
+        closed: a page an engine's thread may still be reading is nobody's, and waiting for it
+        took seconds. The child processes end with this one (PDEATHSIG)."""
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.exit(INTERRUPTED_STATUS)
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 def summary(path: Path, result: JobResult, uri: Any, *, shared: bool = False) -> str:

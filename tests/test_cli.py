@@ -38,6 +38,13 @@ def test_run_local_pdf_to_folder(tmp_path: Path) -> None:
         text = (tmp_path / f"results/Case_42/page-000{n}.md").read_text()
         assert similarity(text, samples.page_text(truth)) >= 0.9
     assert (tmp_path / "results/Case_42/manifest.json").is_file()
+    # Its review without the document asks for the file it read, which nobody sent anywhere.
+    proc = cli("review", "results/Case_42", "-o", "review.html", tmp=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (
+        "  no page pictures: the job read Case 42.pdf, and the worker keeps no copy of a job's "
+        "input; give the file it read: --pdf FILE\n"
+    ) in proc.stdout
 
 
 def test_run_reports_missing_file(tmp_path: Path) -> None:

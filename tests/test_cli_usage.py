@@ -85,7 +85,17 @@ MISTAKES = [
     # a folder is a corpus to submit; with no bucket configured, that is what is said
     (["submit", "folder", "--endpoint", "e1"], "set BUCKET_NAME, BUCKET_ENDPOINT_URL"),
     (["frobnicate"], "argument COMMAND: invalid choice: 'frobnicate'"),
+    # a command mistyped, or the lab's: argparse's words, then the one meant or the line to type
+    (["rn", "one.pdf"], "invalid choice: 'rn' (choose from "),
+    (["rn", "one.pdf"], "); did you mean run? (see vlm-ocr --help)"),
+    (
+        ["eval", "pages.jsonl", "--out", "a b"],
+        "); that is vlm-ocr-lab's: vlm-ocr-lab eval pages.jsonl --out 'a b' (see vlm-ocr --help)",
+    ),
+    (["bench"], "); that is vlm-ocr-lab's: vlm-ocr-lab bench (see vlm-ocr --help)"),
+    (["evl"], "); did you mean vlm-ocr-lab eval? (see vlm-ocr --help)"),
 ]
+NOT_A_COMMAND = {"frobnicate", "rn", "eval", "bench", "evl"}  # said by `vlm-ocr` itself
 
 
 @pytest.mark.parametrize(("argv", "said"), MISTAKES, ids=[" ".join(a) for a, _ in MISTAKES])
@@ -99,7 +109,7 @@ def test_a_users_mistake_is_one_line_naming_it_with_status_2(
     out, err = capsys.readouterr()
     assert status == 2, (out, err)
     assert err.count("\n") == 1 and said in err, err
-    assert err.startswith(f"vlm-ocr {argv[0]}: " if argv[0] != "frobnicate" else "vlm-ocr: ")
+    assert err.startswith("vlm-ocr: " if argv[0] in NOT_A_COMMAND else f"vlm-ocr {argv[0]}: ")
     assert "Traceback" not in out + err and "unexpectedly" not in err
     assert not (here / "output").exists()  # a reader makes no results folder
 

@@ -289,7 +289,10 @@ def test_a_large_job_is_cut_to_the_size_asked_for_saying_what_is_left_out(job: J
     # Without the document the worker does not keep, the blocks are drawn on a blank sheet.
     proc = review(str(job.folder), "-o", str(out), cwd=job.folder.parent)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "no page pictures: the worker does not keep a job's input sent as base64" in proc.stdout
+    assert (
+        "no page pictures: the job read lease and notice.pdf, and the worker keeps no copy of a "
+        "job's input; give the file it read: --pdf FILE"
+    ) in proc.stdout
     assert "<img" not in out.read_text(encoding="utf-8")
 
 

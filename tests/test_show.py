@@ -14,10 +14,12 @@ import pymupdf
 import pytest
 from PIL import Image, ImageDraw, ImageFont
 
+from vlm_ocr import samples
 from vlm_ocr.blocks import Block, PageBlocks
-from vlm_ocr.cli import fonts, show
+from vlm_ocr.cli import fonts, pictures, show
 from vlm_ocr.cli import main as cli
 from vlm_ocr.contract import JobResult, PageReport
+from vlm_ocr.pdf_file import file_sha256
 
 WIDTH, HEIGHT = 3000, 2000  # scale 2: the text drawn 24 pixels high
 BLOCKS = {"zhong": "中文", "yue": "契約", "latin": "Lease of the premises"}
@@ -355,6 +357,105 @@ def test_a_pdf_that_cannot_be_opened_is_said_naming_pdf(tmp_path: Path, capsys) 
                 "but cannot be read; accepted: the PDF the job read, complete\n"
             )
             assert not out.exists()
+
+
+def cut_short(whole: bytes) -> bytes:
+    """The longest start of `whole`, at most a third of it, that MuPDF opens by repairing it:
+    pages rebuilt from what is left (the last ones of a default size), as a download cut off
+    opens."""
+    for end in range(len(whole) // 3, 0, -50):
+        try:
+            with pymupdf.open(stream=whole[:end], filetype="pdf") as doc:
+                if doc.is_repaired and doc.page_count:
+                    return whole[:end]
+        except Exception:  # MuPDF cannot open this cut at all; a shorter one may
+            continue
+    raise AssertionError("no start of the PDF opens repaired")
+
+
+def test_a_pdf_cut_short_that_mupdf_repairs_is_refused_unless_it_is_the_jobs_own(
+    tmp_path: Path, capsys
+) -> None:
+    whole = samples.pdf_from_pages(samples.numbered_pages(4, lines=8))
+    (tmp_path / "cut.pdf").write_bytes(cut_short(whole))
+    cut = tmp_path / "cut.pdf"
+    job = write_read_job(tmp_path / "r6", "four", "four.pdf", (1064, 1505), (595, 842))
+    for command in (["show", str(job), "--page", "1"], ["review", str(job)]):
+        out = tmp_path / ("page.png" if command[0] == "show" else "review.html")
+        assert cli.main([*command, "--pdf", str(cut), "-o", str(out)]) == 2
+        assert capsys.readouterr().err == (
+            f"vlm-ocr {command[0]}: --pdf: {cut} is corrupt or truncated: it starts as a PDF but "
+            "cannot be read whole (MuPDF had to repair it); accepted: the PDF the job read, "
+            "complete\n"
+        )
+        assert not out.exists()
+    # The worker reads a damaged PDF as MuPDF repairs it: given the very file the job read
+    # (its SHA-256), its pages are drawn as the job read them.
+    manifest = job / "manifest.json"
+    result = JobResult.model_validate_json(manifest.read_text())
+    manifest.write_text(
+        result.model_copy(update={"input_sha256": file_sha256(cut)}).model_dump_json()
+    )
+    out = tmp_path / "page.png"
+    assert cli.main(["show", str(job), "--page", "1", "--pdf", str(cut), "-o", str(out)]) == 0
+    assert "blank page" not in capsys.readouterr().out
+
+
+def reports(*sources: str, dpi: int | None = None) -> list[PageReport]:
+    return [
+        PageReport(page=n, source=source, status="ok", dpi=dpi)
+        for n, source in enumerate(sources, 1)
+    ]
+
+
+NOT_KEPT = "and the worker keeps no copy of a job's input"
+# what the job recorded of its input -> what a page without its picture says
+HINTS = [
+    # `vlm-ocr run` names each local file it reads; so may a job sent to an endpoint
+    (
+        reports("Case 42.pdf", "Case 42.pdf", dpi=144),
+        f"the job read Case 42.pdf, {NOT_KEPT}; give the file it read: --pdf FILE",
+    ),
+    (
+        reports("base64", dpi=144),
+        f"the job was sent its document as base64 without a `name`, {NOT_KEPT}; give the file it "
+        "read: --pdf FILE",
+    ),
+    (
+        reports("https://example.com/docs/lease.pdf", dpi=144),
+        f"the job fetched lease.pdf by URL, {NOT_KEPT}; give the file it read: --pdf FILE",
+    ),
+    (
+        reports(*(f"scans/{n}.png" for n in range(1, 6))),
+        f"the job read 1.png, 2.png, 3.png and 2 more, {NOT_KEPT}; give the folder of the "
+        "images it read: --images DIR",
+    ),
+    (
+        reports("base64", "base64"),
+        f"the job's images were sent as base64 without a `name`, {NOT_KEPT}; with no name "
+        "recorded, no image can be told to be a page's",
+    ),
+]
+
+
+@pytest.mark.parametrize(("pages", "said"), HINTS, ids=[p[0].source for p, _ in HINTS])
+def test_without_pictures_a_page_says_what_to_give_by_how_the_job_got_its_input(
+    pages: list[PageReport], said: str
+) -> None:
+    assert pictures.not_kept(pages) == f"no page pictures: {said}"
+
+
+def test_a_job_run_on_a_local_file_asks_for_that_file_not_for_base64_or_a_url(
+    tmp_path: Path, capsys
+) -> None:
+    job = write_read_job(tmp_path / "r7", "four", "four.pdf", (1064, 1505), (595, 842))
+    assert cli.main(["show", str(job), "--page", "1", "-o", str(tmp_path / "page.png")]) == 0
+    said = capsys.readouterr().out
+    assert (
+        f"  page 1: no page pictures: the job read four.pdf, {NOT_KEPT}; give the file it read: "
+        "--pdf FILE; its blocks are drawn on a blank page\n"
+    ) in said
+    assert "base64" not in said and "URL" not in said
 
 
 def test_a_damaged_blocks_file_is_said_in_one_line(tmp_path: Path, capsys) -> None:

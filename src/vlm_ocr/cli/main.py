@@ -24,10 +24,13 @@ from importlib import metadata
 from ..errors import ConfigError, EngineError
 from ..settings import Settings
 from . import plan, review, run, show, submit
-from .usage import USAGE_STATUS, CommandParser, Parser, UsageError, say
+from .usage import USAGE_STATUS, CommandParser, ProgramParser, UsageError, say
 
 DISTRIBUTION = "runpod-vlm-ocr"
 INTERRUPTED_STATUS = 130  # a shell's status for a command ended by Ctrl-C (128 + SIGINT)
+# The lab's commands, which a user may type here: said to be the lab's (the product never
+# imports the lab, so they are named here)
+LAB_COMMANDS = ("bench", "eval")
 
 
 def version() -> str:
@@ -37,8 +40,12 @@ def version() -> str:
         return "unknown (not installed)"
 
 
-def parser() -> argparse.ArgumentParser:
-    p = Parser(prog="vlm-ocr", description=__doc__.splitlines()[0])
+def parser() -> ProgramParser:
+    p = ProgramParser(
+        prog="vlm-ocr",
+        description=__doc__.splitlines()[0],
+        elsewhere=dict.fromkeys(LAB_COMMANDS, "vlm-ocr-lab"),
+    )
     p.add_argument(
         "--version", action="version", version=f"%(prog)s {version()}", help="print the version"
     )
@@ -61,6 +68,12 @@ def parser() -> argparse.ArgumentParser:
         sub.add_parser("review", help="write one HTML page to review a job's pages on")
     )
     return p
+
+
+def commands() -> list[str]:
+    """The commands `vlm-ocr` has, as its parser lists them (the lab says a user typed one of
+    them to the wrong program)."""
+    return list(parser().commands)
 
 
 def main(argv: list[str] | None = None) -> int:

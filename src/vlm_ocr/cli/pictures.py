@@ -8,7 +8,10 @@ A page's report names its source: the file's name (a job's `name`, the last part
 bucket key) or `base64` when none was given; an image is found in `--images DIR` by that name,
 and a PDF's page by its number in the PDF. A page whose picture cannot be told says why on the
 page, and its blocks are drawn on a blank sheet; so does a picture that cannot be the page the job
-read (a PDF's page where the job read an image, a page of another size or shape)."""
+read (a PDF's page where the job read an image, a page of another size or shape). A PDF MuPDF
+cannot open, or opens only by repairing it (cut short), is refused, unless it is the very file
+the job read; without any document, what to give is said by what the job recorded of its input
+(`not_kept`)."""
 
 from __future__ import annotations
 
@@ -28,7 +31,7 @@ from PIL import Image, ImageOps
 from ..blocks import PageBlocks
 from ..contract import PageReport
 from ..errors import StorageError
-from ..pdf_file import is_pdf, open_pdf
+from ..pdf_file import file_sha256, is_pdf, open_pdf
 from ..pipeline.render import is_image_file, tiff_pages_of
 from ..storage import BucketInputs, ObjectMissing
 from .usage import UsageError, input_file, input_folder
@@ -101,11 +104,29 @@ def _check_opens(pdf: Path, argument: str) -> None:
         with open_pdf(pdf):
             pass
     except Exception:  # MuPDF says only that it failed to open the file
-        raise UsageError(
-            argument,
-            f"{pdf} is corrupt or truncated: it starts as a PDF but cannot be read; accepted: "
-            f"{PDF_ACCEPTED}, complete",
-        ) from None
+        raise UsageError(argument, _corrupt(pdf)) from None
+
+
+def _corrupt(pdf: Path, how: str = "") -> str:
+    return (
+        f"{pdf} is corrupt or truncated: it starts as a PDF but cannot be read{how}; accepted: "
+        f"{PDF_ACCEPTED}, complete"
+    )
+
+
+def check_repaired(args: argparse.Namespace, input_sha256: str | None) -> None:
+    """A PDF given that MuPDF opened only by repairing it is refused as one it cannot open,
+    unless it is the very file the job read (`input_sha256`, the job's): MuPDF rebuilds a file
+    cut short from what is left, so its last pages come out blank, of a default size, or
+    missing, and each page would be said to be another document's. The worker reads a repaired
+    PDF (its notes say so), so the job's own is drawn as the job read it."""
+    pdf = given(args)[0]
+    if pdf is None or not _is_pdf(pdf) or not _opened(pdf).is_repaired:
+        return
+    if input_sha256 is not None and file_sha256(pdf) == input_sha256:
+        return
+    argument = "--source" if args.source is not None else "--pdf"
+    raise UsageError(argument, _corrupt(pdf, " whole (MuPDF had to repair it)"))
 
 
 def _opened(pdf: Path) -> pymupdf.Document:
@@ -433,7 +454,8 @@ async def from_bucket(
     """The job's inputs named by key, fetched from the bucket once each."""
     keys = sorted({p.source.removeprefix("key:") for p in pages if p.source.startswith("key:")})
     if not keys:
-        return Pictures(notes=[NOT_KEPT], otherwise=NOT_KEPT)
+        why = not_kept(pages)
+        return Pictures(notes=[why], otherwise=why)
     if inputs is None:
         return Pictures(
             notes=[
@@ -474,10 +496,53 @@ async def _fetch(
     return dest.rename(dest.with_suffix(kind))
 
 
-NOT_KEPT = (
-    "no page pictures: the worker does not keep a job's input sent as base64 or by URL; give "
-    "--pdf FILE or --images DIR to see the pages"
-)
+NAMES_LISTED = 3  # the files a job read named in its summary line; the rest counted
+GIVE = {
+    "pdf": "the file it read: --pdf FILE",
+    "images": "the folder of the images it read: --images DIR",
+    None: "the file it read: --pdf FILE (or --images DIR, the folder of the images it read)",
+}
+
+
+def not_kept(pages: Sequence[PageReport]) -> str:
+    """Why a job whose input was no key in the bucket has no pictures, and what to give, by
+    what it recorded of its input: the name of the file it read (`vlm-ocr run` names each local
+    file; a job may name what it sends; of a URL, its last part), or none (base64 sent without
+    a `name`)."""
+    kind = read_as(pages)
+    names = sorted({name for p in pages if (name := recorded_name(p)) is not None})
+    urls = all(p.source.startswith(("http://", "https://")) for p in pages)
+    if names:
+        listed = ", ".join(names[:NAMES_LISTED])
+        if len(names) > NAMES_LISTED:
+            listed += f" and {len(names) - NAMES_LISTED:,} more"
+        read = f"fetched {listed} by URL" if urls else f"read {listed}"
+    elif kind == "images":  # nothing names them, so no image given can be told to be theirs
+        return (
+            "no page pictures: the job's images were sent as base64 without a `name`, and the "
+            "worker keeps no copy of a job's input; with no name recorded, no image can be told "
+            "to be a page's"
+        )
+    else:
+        read = "was sent its document as base64 without a `name`"
+    return (
+        f"no page pictures: the job {read}, and the worker keeps no copy of a job's input; "
+        f"give {GIVE[kind]}"
+    )
+
+
+def read_as(pages: Sequence[PageReport]) -> str | None:
+    """How the job read its input, "pdf" or "images", or None where its record cannot tell: a
+    PDF's page has the dpi it was drawn at; else by the file names it recorded; else a page
+    drawn without a dpi was an image."""
+    if any(p.dpi is not None for p in pages):
+        return "pdf"
+    files = [Path(name) for p in pages if (name := recorded_name(p)) is not None]
+    if any(is_image_file(file) for file in files):
+        return "images"
+    if any(file.suffix.lower() == ".pdf" for file in files):
+        return "pdf"
+    return "images" if any(p.status != "failed" for p in pages) else None
 
 
 def scratch() -> tempfile.TemporaryDirectory[str]:

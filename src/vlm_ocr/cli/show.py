@@ -73,6 +73,7 @@ async def show_main(settings: Settings, args: argparse.Namespace) -> int:
     except ResultsError as exc:
         print(f"vlm-ocr show: {exc}", file=sys.stderr)
         return 1
+    pictures.check_repaired(args, job.input_sha256)  # the job tells its own damaged PDF
     report = next((p for p in job.pages if p.page == args.page), None)
     if report is None:
         have = format_ranges([p.page for p in job.pages]) or "none"

@@ -10,10 +10,13 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import shlex
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any, NoReturn
+
+from ..field_errors import meant
 
 USAGE_STATUS = 2
 JSON_KINDS = {
@@ -40,6 +43,46 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(USAGE_STATUS, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+class ProgramParser(Parser):
+    """A program's parser, over its commands (`vlm-ocr COMMAND …`; its own options take no
+    value, so the first word not an option is the command): a command it does not have is said
+    in argparse's words with the one probably meant, or with the program that has it
+    (`elsewhere`: by command, that program's name)."""
+
+    def __init__(self, *args: Any, elsewhere: Mapping[str, str] | None = None, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.elsewhere = dict(elsewhere or {})
+        self.commands: Collection[str] = ()
+        self.given: list[str] = []
+
+    def add_subparsers(self, **kw: Any) -> Any:
+        action = super().add_subparsers(**kw)
+        self.commands = action.choices  # filled as each command is added
+        return action
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: list[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        self.given = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
+    def error(self, message: str) -> NoReturn:
+        hint = self.command_hint()
+        super().error(f"{message}; {hint}" if hint else message)
+
+    def command_hint(self) -> str | None:
+        at = next((n for n, arg in enumerate(self.given) if not arg.startswith("-")), None)
+        if at is None or self.given[at] in self.commands:
+            return None
+        word, rest = self.given[at], self.given[at + 1 :]
+        if program := self.elsewhere.get(word):  # the line typed, for the program that has it
+            return f"that is {program}'s: {shlex.join([program, word, *rest])}"
+        close = meant(word, [*self.commands, *self.elsewhere])
+        if close is None:
+            return None
+        return f"did you mean {' '.join(filter(None, [self.elsewhere.get(close), close]))}?"
 
 
 class CommandParser(Parser):

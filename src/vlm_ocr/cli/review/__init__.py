@@ -72,6 +72,7 @@ async def review_main(settings: Settings, args: argparse.Namespace) -> int:
     except ResultsError as exc:
         print(f"vlm-ocr review: {exc}", file=sys.stderr)
         return 1
+    pictures.check_repaired(args, job.input_sha256)  # the job tells its own damaged PDF
     views = await read_pages(found_results, chosen)
     missing = frozenset(page for page, view in views.items() if view.problems)
     chosen = ordered(chosen, missing)

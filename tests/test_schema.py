@@ -148,7 +148,7 @@ def test_selection_parsing() -> None:
     with pytest.raises(InputError) as info:
         select_pages(None, 2001, 2000)
     assert info.value.field == "input.pages" and info.value.message == (
-        "the PDF has 2,001 pages, over the 2,000 a job reads (MAX_PAGES_PER_JOB); read it in "
+        "the document has 2,001 pages, over the 2,000 a job reads (MAX_PAGES_PER_JOB); read it in "
         'parts ("1-2000", then "2001-") or raise MAX_PAGES_PER_JOB'
     )
 

@@ -172,7 +172,7 @@ def select_pages(text: str | None, page_count: int, max_pages: int) -> tuple[lis
         if text is None:  # no selection given: the field to give is this one, and how
             raise InputError(
                 "input.pages",
-                f"the PDF has {page_count:,} pages, over the {max_pages:,} a job reads "
+                f"the document has {page_count:,} pages, over the {max_pages:,} a job reads "
                 f'(MAX_PAGES_PER_JOB); read it in parts ("1-{max_pages}", then '
                 f'"{max_pages + 1}-") or raise MAX_PAGES_PER_JOB',
             )

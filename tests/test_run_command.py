@@ -460,3 +460,16 @@ def test_a_bucket_that_cannot_be_reached_is_said_as_its_settings_before_the_engi
         "them, or give --out DIR to write the results to a local folder"
     )
     assert "engine ready" not in proc.stderr  # said before the engine's start, not after it
+
+
+def test_a_file_whose_name_is_no_utf8_is_read_and_named_with_its_bytes_replaced(
+    tmp_path: Path,
+) -> None:
+    # a name made on a system of another encoding: its job, its manifest and its line are text
+    name = os.fsdecode(b"scan-\xff\xfe.png")
+    page_image([reference(1)]).save(tmp_path / name)
+    proc = vlm_ocr("run", name, "--out", "results", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    manifest = json.loads((tmp_path / "results/scan/manifest.json").read_text(encoding="utf-8"))
+    assert [p["source"] for p in manifest["pages"]] == ["scan-\ufffd\ufffd.png"]
+    assert reference(1) in (tmp_path / "results/scan/page-0001.md").read_text()

@@ -84,23 +84,23 @@ def check_options(options: dict[str, Any], max_pages: int) -> list[str]:
 def check_file(path: Path, pages: str | None, settings: Settings) -> LocalFile | str:
     """The file ready to run, or what is wrong with it, naming it."""
     if not path.exists():
-        return f"{path}: no such file"
+        return f"{shown(path)}: no such file"
     if path.is_dir():
-        return f"{path}: a folder, not a file{folder_hint(path)}"
+        return f"{shown(path)}: a folder, not a file{folder_hint(path)}"
     if not path.is_file():  # read once and gone (a pipe), or endless (a device): not a job's file
         return (
-            f"{path}: not a regular file ({special_kind(path)}); save it to a file first and "
-            f"give that; accepted: {ACCEPTED_FILES}"
+            f"{shown(path)}: not a regular file ({special_kind(path)}); save it to a file first "
+            f"and give that; accepted: {ACCEPTED_FILES}"
         )
     size, limit = path.stat().st_size, settings.fetch.max_download_bytes
     if size == 0:
-        return f"{path}: the file is empty"
+        return f"{shown(path)}: the file is empty"
     if size > limit:
         over = f"over the {limit / 1e6:,g} MB limit (MAX_DOWNLOAD_BYTES)"
-        return f"{path}: {size / 1e6:,.1f} MB, {over}"
+        return f"{shown(path)}: {size / 1e6:,.1f} MB, {over}"
     kind = file_kind(path)
     if kind is None:
-        return f"{path}: not a PDF or an image; accepted: {ACCEPTED_FILES}"
+        return f"{shown(path)}: not a PDF or an image; accepted: {ACCEPTED_FILES}"
     try:
         if kind == "image":
             render.open_image(str(path), settings.render.max_image_pixels).close()
@@ -108,9 +108,9 @@ def check_file(path: Path, pages: str | None, settings: Settings) -> LocalFile |
         count = _pdf_pages(path, pages, settings.job.max_pages_per_job)
         return LocalFile(path, kind, count, input_sha256(path, kind))
     except PageError as exc:
-        return f"{path}: {exc.message}"
+        return f"{shown(path)}: {exc.message}"
     except InputError as exc:
-        return f"{path}: {in_our_words(str(exc))}"
+        return f"{shown(path)}: {in_our_words(str(exc))}"
 
 
 def folder_hint(path: Path, looked_at: int = LOOKED_AT) -> str:
@@ -177,6 +177,16 @@ def in_our_words(text: str) -> str:
     return text
 
 
+def shown(path: Path | str) -> str:
+    """A path as text: bytes of a name that are no UTF-8 (made on a system of another encoding)
+    as U+FFFD, so that a job can carry it, its manifest store it and a line print it."""
+    return str(path).encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def shown_name(path: Path) -> str:
+    return shown(path.name)
+
+
 def folder_name(path: Path) -> str:
     """The file's results folder: its name without the extension as a stored key may spell it
     (`contract.key_name`: 'Case 42.pdf' is Case_42, 合約.pdf file- and 8 hex digits of the name),
@@ -192,7 +202,7 @@ class Held:
     names: frozenset[str]  # the files its pages came from
 
     def of(self, file: LocalFile) -> bool:
-        return self.sha256 == file.sha256 if self.sha256 else file.path.name in self.names
+        return self.sha256 == file.sha256 if self.sha256 else shown_name(file.path) in self.names
 
 
 async def result_folders(
@@ -249,4 +259,4 @@ def pages_unused(pages: str | None, files: list[LocalFile]) -> tuple[str | None,
     if len(images) == len(files):
         refused = "--pages: selects pages of PDFs, and no file given is a PDF; an image is read"
         return f"{refused} whole: leave --pages out", []
-    return None, [f"{path}: an image, read whole: --pages is for the PDFs" for path in images]
+    return None, [f"{shown(p)}: an image, read whole: --pages is for the PDFs" for p in images]

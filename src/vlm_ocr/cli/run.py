@@ -41,6 +41,8 @@ from .local_files import (
     in_our_words,
     pages_unused,
     result_folders,
+    shown,
+    shown_name,
 )
 from .progress import CountingEngine, PageProgress, heartbeat
 from .usage import prompt_help
@@ -96,7 +98,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def job_for_file(path: Path, *, output_prefix: str | None = None, **options: Any) -> dict[str, Any]:
     """The job input that carries a local file, as a RunPod request would carry it: a PDF by
     its header, anything else as an image."""
-    source = {"base64": base64.b64encode(path.read_bytes()).decode(), "name": path.name}
+    source = {"base64": base64.b64encode(path.read_bytes()).decode(), "name": shown_name(path)}
     job: dict[str, Any] = {"pdf": source} if file_kind(path) == "pdf" else {"images": [source]}
     job["output_prefix"] = output_prefix or folder_name(path)
     return job | {k: v for k, v in options.items() if v is not None}
@@ -274,9 +276,9 @@ async def run_files(
         options = job_options(args)
         if file.kind == "image":
             options.pop("pages", None)
-        progress.file(file.path.name)
+        progress.file(shown_name(file.path))
         job = job_for_file(file.path, output_prefix=folder, **options)
-        result = await worker.run(file.path.stem, job, progress)
+        result = await worker.run(Path(shown_name(file.path)).stem, job, progress)
         failed += bool(result.error)
         progress.clear()
         if args.json:
@@ -344,11 +346,11 @@ def summary(path: Path, result: JobResult, uri: Any, *, shared: bool = False) ->
     """The file's outcome: its pages, where they are, and its folder (`shared`: another file of
     the run has the same name, and took the name first)."""
     if not result.pages:
-        return f"{path}: FAILED: {in_our_words(result.error or '')}"
+        return f"{shown(path)}: FAILED: {in_our_words(result.error or '')}"
     t = result.totals
     reused = f" ({t.reused} reused from an earlier run)" if t.reused else ""
     lines = [
-        f"{path}: {t.ok}/{t.pages} pages ok{reused}, {t.chars} characters, "
+        f"{shown(path)}: {t.ok}/{t.pages} pages ok{reused}, {t.chars} characters, "
         f"{result.timings['total_s']:.1f} s -> {uri(result.manifest_key or result.prefix)}"
     ]
     note = f" (not {folder_name(path)}: it holds another file's results)" if shared else ""

@@ -30,6 +30,7 @@ from vlm_ocr_lab.standins.fakes import FakeEngine
 from .support import (
     ROOT,
     b64,
+    encrypted_pdf,
     handler_env,
     make_settings,
     new_worker,
@@ -226,6 +227,86 @@ def test_the_one_shot_refuses_in_the_words_the_worker_would(run, tmp_path: Path)
     OneShot(io.StringIO(), {"input": {"images": [{"key": "a.png"}, good]}}).check(
         make_settings(tmp_path)
     )
+
+
+TWO_PAGES = b64(samples.pdf_from_pages(samples.numbered_pages(2, lines=2)))
+NOT_AN_IMAGE = b64(b"meeting notes\n")
+
+
+@pytest.mark.parametrize(
+    ("job_input", "says"),
+    [
+        (
+            {"pdf": {"base64": b64(encrypted_pdf())}},
+            "input.pdf.base64: the PDF is encrypted with a password; send an unencrypted copy",
+        ),
+        (
+            {"pdf": {"base64": TWO_PAGES}, "pages": "5-9"},
+            "input.pages: '5-9' selects no page of this document, which has 2 pages",
+        ),
+        (
+            {"images": [{"base64": NOT_AN_IMAGE}, {"url": "http://example.com/b.png"}]},
+            "input.images[0].base64: ",
+        ),
+    ],
+)
+def test_a_document_sent_inline_that_cannot_be_read_is_refused_before_the_engine_starts(
+    job_input: dict, says: str, tmp_path: Path
+) -> None:
+    proc = one_shot(json.dumps({"input": job_input}), tmp_path)
+    assert proc.returncode == 1
+    [line] = proc.stderr.splitlines()  # the worker was never built: no engine line
+    assert "ERROR" in line and says in line
+    assert json.loads(proc.stdout)["error"].startswith(says)
+
+
+def test_the_one_shot_opens_a_document_as_the_worker_would(run, tmp_path: Path) -> None:
+    settings = make_settings(tmp_path)
+    for job_input in (
+        {"pdf": {"base64": b64(encrypted_pdf())}},
+        {"pdf": {"base64": TWO_PAGES}, "pages": "5-9"},
+        {"pdf": {"base64": b64(b"%PDF-1.7 truncated")}},
+    ):
+        out = io.StringIO()
+        with pytest.raises(SystemExit):
+            OneShot(out, {"input": job_input}).check(settings)
+        assert json.loads(out.getvalue())["error"] == run(job_input).error
+    # What the job reads some of runs: pages past the end beside pages inside it, an image
+    # beside one that is none, and a URL (fetched by the job alone).
+    good = {"base64": b64(png_bytes(page_image(["A readable page."])))}
+    for job_input in (
+        {"pdf": {"base64": TWO_PAGES}, "pages": "2-9"},
+        {"images": [{"base64": NOT_AN_IMAGE}, good]},
+        {"pdf": {"url": "https://example.com/a.pdf"}},
+    ):
+        OneShot(io.StringIO(), {"input": job_input}).check(settings)
+
+
+def test_a_failed_job_says_its_error_on_stderr_in_one_line(tmp_path: Path) -> None:
+    # Its header reads, so the job runs; the image is cut short, so its one page fails.
+    png = png_bytes(page_image(["A readable page."]))
+    job = {"input": {"images": [{"base64": b64(png[: len(png) // 2])}]}}
+    proc = one_shot(json.dumps(job), tmp_path)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    result = json.loads(proc.stdout)
+    assert result["status"] == "failed"
+    [line] = [line for line in proc.stderr.splitlines() if " ERROR " in line]
+    assert line.endswith(f"job local_test failed: {result['error']}")
+
+
+@pytest.mark.parametrize("name", ["test_input.json", "README.md", "job.json"])
+def test_a_file_name_for_test_input_says_how_to_give_its_contents(
+    name: str, tmp_path: Path
+) -> None:
+    # run in the project's folder: test_input.json and README.md are there, job.json is not
+    proc = one_shot(name, tmp_path)
+    assert proc.returncode == 1
+    [line] = proc.stderr.splitlines()
+    assert line.endswith(
+        f"--test_input: {name!r} is a file's name, not JSON; --test_input takes the job's JSON "
+        f'itself; for a file: --test_input "$(cat {name})"'
+    )
+    assert json.loads(proc.stdout)["status"] == "failed"
 
 
 def test_a_job_with_a_failed_page_exits_1_with_its_error_and_no_sdk_line(

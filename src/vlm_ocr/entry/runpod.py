@@ -91,6 +91,19 @@ def make_handler(loop: WorkerLoop, worker: Worker, show: Show) -> Handler:
     return handler
 
 
+def make_one_shot_handler(loop: WorkerLoop, worker: Worker, one_shot: OneShot) -> Handler:
+    """`make_handler` for `--test_input`, with the worker's own SIGINT handler put back: the
+    SDK's start() sets one that exits with status 0, a traceback for each task still running
+    and the engine left to die with its parent."""
+    handler = make_handler(loop, worker, one_shot.finish)
+
+    async def one_job(job: dict[str, Any]) -> dict[str, Any]:
+        stop_on_signals(worker)  # the SDK runs this job on the main thread
+        return await handler(job)
+
+    return one_job
+
+
 def make_stream_handler(loop: WorkerLoop, worker: Worker) -> StreamHandler:
     """Pages as they are stored, then the job result (RunPod and the local API server)."""
 
@@ -131,8 +144,10 @@ def stop_on_signals(worker: Worker) -> None:
 
     def stop(signum: int, frame: object) -> None:
         log.warning("got %s; stopping the engine and exiting", signal.Signals(signum).name)
-        worker.terminate()
-        os._exit(128 + signum)
+        try:
+            worker.terminate()
+        finally:  # whatever ending them raised: the exit is what was asked
+            os._exit(128 + signum)
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, stop)
@@ -194,7 +209,7 @@ def main() -> None:
     # The SDK's local run cannot iterate a generator; everywhere else the handler streams.
     runpod.serverless.start(
         {
-            "handler": make_handler(loop, worker, one_shot.finish)
+            "handler": make_one_shot_handler(loop, worker, one_shot)
             if one_shot is not None
             else make_stream_handler(loop, worker),
             "concurrency_modifier": concurrency_modifier,

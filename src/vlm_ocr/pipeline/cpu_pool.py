@@ -7,7 +7,8 @@ task that outlives its deadline is killed with its process, which is replaced. C
 started with `spawn` (the worker has threads, which `fork` would copy half-way) and may be given
 an address-space limit, so a page that asks for too much memory fails alone. They ignore Ctrl-C
 (a terminal sends it to every process of its foreground group): the parent decides what it means
-and ends them, and none of them prints a traceback of its own.
+and ends them, and none of them prints a traceback of its own, whichever thread starts the pool
+(the worker's loop runs on a thread of its own) and however long a child takes to start.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import signal
 import threading
 import traceback
 from collections.abc import Callable, Iterator
+from multiprocessing import resource_tracker
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, TypeVar
@@ -44,12 +46,14 @@ def _serve(conn: Connection, memory_limit: int) -> None:
     """A child's life: run tasks until the pipe closes. A PageError travels back as itself;
     anything else as its type name for the user, with its traceback for the worker's log only
     (a fault of ours in the render code must be found there)."""
+    # Ignored, then let through: a Ctrl-C that came while the child started is dropped.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     import ctypes
 
     from . import render  # noqa: F401  (loaded before the limit: the limit is for the work)
 
     ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # die with the worker, even mid-render
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if memory_limit:
         import resource
 
@@ -74,16 +78,18 @@ def _serve(conn: Connection, memory_limit: int) -> None:
 
 @contextlib.contextmanager
 def _deaf_to_ctrl_c() -> Iterator[None]:
-    """SIGINT ignored while a child starts: an ignored signal stays ignored across its exec, so
-    a Ctrl-C before `_serve` runs cannot reach it either (only the main thread may do this)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    """SIGINT blocked in this thread while a child starts: the child inherits the mask across
+    fork and exec, so a Ctrl-C during its start (seconds of imports before `_serve` ignores it)
+    stays pending, then is dropped. Unlike a handler, a mask can be set on any thread, and the
+    pool is started on the worker loop's (multiprocessing starts its resource tracker so too)."""
+    # Starting multiprocessing's resource tracker (a spawned child's start does it once) unblocks
+    # SIGINT in this thread: started first, it leaves the mask set below alone.
+    resource_tracker.ensure_running()
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, before)
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 class _Child:
@@ -115,26 +121,38 @@ class CpuPool:
         self._ctx = multiprocessing.get_context("spawn")
         self._idle: asyncio.Queue[_Child] | None = None
         self._children: set[_Child] = set()
+        # `terminate` runs on the main thread (the worker's SIGINT handler) while children are
+        # replaced on the loop's: it waits for a child being started, and none is started after
+        # it, so that none is left half-started (its traceback) when the worker exits.
+        self._lock = threading.RLock()
+        self._ended = False
 
     @property
     def started(self) -> bool:
         return self._idle is not None
 
     async def start(self) -> None:
+        self._ended = False
         self._idle = asyncio.Queue()
         for _ in range(self.size):
-            self._idle.put_nowait(self._spawn())
+            self._add_child()
 
-    def _spawn(self) -> _Child:
-        child = _Child(self._ctx, self._memory_limit)
-        self._children.add(child)
-        return child
+    def _add_child(self) -> None:
+        """A new idle child; none once the pool is ended (its children were killed, not lost)."""
+        assert self._idle is not None
+        with self._lock:
+            if not self._ended:
+                child = _Child(self._ctx, self._memory_limit)
+                self._children.add(child)
+                self._idle.put_nowait(child)
 
     def _replace(self, child: _Child) -> None:
+        with self._lock:  # each child is killed once, by whoever takes it out of the set
+            if child not in self._children:  # ended: `terminate` has it
+                return
+            self._children.discard(child)
         child.kill()
-        self._children.discard(child)
-        assert self._idle is not None
-        self._idle.put_nowait(self._spawn())
+        self._add_child()
 
     async def run(
         self,
@@ -197,9 +215,12 @@ class CpuPool:
         return [c.proc.pid for c in self._children if c.proc.pid is not None]
 
     def terminate(self) -> None:
-        for child in list(self._children):
+        with self._lock:
+            self._ended = True
+            children = list(self._children)
+            self._children.clear()
+        for child in children:
             child.kill()
-        self._children.clear()
 
     async def close(self) -> None:
         self.terminate()

@@ -15,11 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from ..contract import JobInput, Source
+from ..contract import Source
 from ..errors import InputError, StorageError
 from ..settings import FetchSettings
 from ..storage import BucketInputs, ObjectMissing, ObjectTooLarge
-from . import render
 from .fetch import DownloadTimeout, download
 
 # `data:image/png;base64,` and with parameters (`data:image/png;charset=utf-8;base64,`)
@@ -182,13 +181,3 @@ def decode_base64(text: str, field: str, max_bytes: int) -> bytes:
     if not data:
         raise InputError(field, "the file is empty")
     return data
-
-
-def check_inline_pdf(job: JobInput, max_bytes: int) -> None:
-    """A PDF sent inline is base64 of a PDF, or InputError: what a one-shot run can tell before
-    the engine starts, without opening it (that is the render processes' work)."""
-    if job.pdf is not None and job.pdf.base64 is not None:
-        where = "input.pdf.base64"
-        head = decode_base64(job.pdf.base64, where, max_bytes)[:1024]
-        if not (render.is_pdf(head) or render.is_tiff(head)):
-            raise InputError(where, render.NOT_A_PDF)

@@ -16,6 +16,9 @@ from pathlib import Path
 
 from PIL import Image, UnidentifiedImageError
 
+# Our own limit (MAX_IMAGE_PIXELS) is checked before decoding, wherever an image is opened (the
+# worker, the client): Pillow's own, a warning or an error by a fixed size, would stand in for it.
+Image.MAX_IMAGE_PIXELS = None
 PNG_LEVEL = 1  # fastest zlib level: ~3x faster than level 6, ~15 % larger on text pages
 # The image files a job takes (the worker's render and the client's checks read these).
 ACCEPTED_IMAGE_FORMATS = {"PNG", "JPEG", "WEBP", "TIFF", "MPO"}

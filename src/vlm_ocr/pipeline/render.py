@@ -30,8 +30,6 @@ from ..images import (
 )
 from ..pdf_file import is_pdf, recount
 
-# Our own limit (MAX_IMAGE_PIXELS) is checked before decoding; Pillow's warning would duplicate it.
-Image.MAX_IMAGE_PIXELS = None
 MAX_PDF_ZOOM = 600 / 72  # never render a small PDF page above 600 dpi
 MAX_ASPECT = 50  # longer side / shorter side: a thinner strip is no page a model can read
 _OPEN_DOCS = 4  # PDFs kept open per process (pages of one job tend to come together)

@@ -471,5 +471,5 @@ def test_a_file_whose_name_is_no_utf8_is_read_and_named_with_its_bytes_replaced(
     proc = vlm_ocr("run", name, "--out", "results", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     manifest = json.loads((tmp_path / "results/scan/manifest.json").read_text(encoding="utf-8"))
-    assert [p["source"] for p in manifest["pages"]] == ["scan-\ufffd\ufffd.png"]
+    assert [p["source"] for p in manifest["pages"]] == ["scan-\\xff\\xfe.png"]
     assert reference(1) in (tmp_path / "results/scan/page-0001.md").read_text()

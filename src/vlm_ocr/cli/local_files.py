@@ -19,6 +19,7 @@ from PIL import Image, UnidentifiedImageError
 
 from ..contract import JobInput, key_name
 from ..errors import InputError, PageError
+from ..file_names import shown, stored_name
 from ..images import tiff_pages
 from ..pdf_file import file_sha256
 from ..pipeline import render
@@ -84,23 +85,23 @@ def check_options(options: dict[str, Any], max_pages: int) -> list[str]:
 def check_file(path: Path, pages: str | None, settings: Settings) -> LocalFile | str:
     """The file ready to run, or what is wrong with it, naming it."""
     if not path.exists():
-        return f"{shown(path)}: no such file"
+        return f"{shown(str(path))}: no such file"
     if path.is_dir():
-        return f"{shown(path)}: a folder, not a file{folder_hint(path)}"
+        return f"{shown(str(path))}: a folder, not a file{folder_hint(path)}"
     if not path.is_file():  # read once and gone (a pipe), or endless (a device): not a job's file
         return (
-            f"{shown(path)}: not a regular file ({special_kind(path)}); save it to a file first "
-            f"and give that; accepted: {ACCEPTED_FILES}"
+            f"{shown(str(path))}: not a regular file ({special_kind(path)}); save it to a file "
+            f"first and give that; accepted: {ACCEPTED_FILES}"
         )
     size, limit = path.stat().st_size, settings.fetch.max_download_bytes
     if size == 0:
-        return f"{shown(path)}: the file is empty"
+        return f"{shown(str(path))}: the file is empty"
     if size > limit:
         over = f"over the {limit / 1e6:,g} MB limit (MAX_DOWNLOAD_BYTES)"
-        return f"{shown(path)}: {size / 1e6:,.1f} MB, {over}"
+        return f"{shown(str(path))}: {size / 1e6:,.1f} MB, {over}"
     kind = file_kind(path)
     if kind is None:
-        return f"{shown(path)}: not a PDF or an image; accepted: {ACCEPTED_FILES}"
+        return f"{shown(str(path))}: not a PDF or an image; accepted: {ACCEPTED_FILES}"
     try:
         if kind == "image":
             render.open_image(str(path), settings.render.max_image_pixels).close()
@@ -108,9 +109,9 @@ def check_file(path: Path, pages: str | None, settings: Settings) -> LocalFile |
         count = _pdf_pages(path, pages, settings.job.max_pages_per_job)
         return LocalFile(path, kind, count, input_sha256(path, kind))
     except PageError as exc:
-        return f"{shown(path)}: {exc.message}"
+        return f"{shown(str(path))}: {exc.message}"
     except InputError as exc:
-        return f"{shown(path)}: {in_our_words(str(exc))}"
+        return f"{shown(str(path))}: {in_our_words(str(exc))}"
 
 
 def folder_hint(path: Path, looked_at: int = LOOKED_AT) -> str:
@@ -177,14 +178,9 @@ def in_our_words(text: str) -> str:
     return text
 
 
-def shown(path: Path | str) -> str:
-    """A path as text: bytes of a name that are no UTF-8 (made on a system of another encoding)
-    as U+FFFD, so that a job can carry it, its manifest store it and a line print it."""
-    return str(path).encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-
-
 def shown_name(path: Path) -> str:
-    return shown(path.name)
+    """The file's name as a job carries it and its manifest keeps it (`file_names`)."""
+    return stored_name(path.name)
 
 
 def folder_name(path: Path) -> str:
@@ -259,4 +255,4 @@ def pages_unused(pages: str | None, files: list[LocalFile]) -> tuple[str | None,
     if len(images) == len(files):
         refused = "--pages: selects pages of PDFs, and no file given is a PDF; an image is read"
         return f"{refused} whole: leave --pages out", []
-    return None, [f"{shown(p)}: an image, read whole: --pages is for the PDFs" for p in images]
+    return None, [f"{shown(str(p))}: an image, read whole: --pages is for the PDFs" for p in images]

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ..contract import JobResult
 from ..errors import ConfigError, StorageError
+from ..file_names import shown
 from ..settings import Settings
 from ..storage import JobKeys, ObjectMissing
 from .local_files import (
@@ -41,7 +42,6 @@ from .local_files import (
     in_our_words,
     pages_unused,
     result_folders,
-    shown,
     shown_name,
 )
 from .progress import CountingEngine, PageProgress, heartbeat
@@ -346,11 +346,11 @@ def summary(path: Path, result: JobResult, uri: Any, *, shared: bool = False) ->
     """The file's outcome: its pages, where they are, and its folder (`shared`: another file of
     the run has the same name, and took the name first)."""
     if not result.pages:
-        return f"{shown(path)}: FAILED: {in_our_words(result.error or '')}"
+        return f"{shown(str(path))}: FAILED: {in_our_words(result.error or '')}"
     t = result.totals
     reused = f" ({t.reused} reused from an earlier run)" if t.reused else ""
     lines = [
-        f"{shown(path)}: {t.ok}/{t.pages} pages ok{reused}, {t.chars} characters, "
+        f"{shown(str(path))}: {t.ok}/{t.pages} pages ok{reused}, {t.chars} characters, "
         f"{result.timings['total_s']:.1f} s -> {uri(result.manifest_key or result.prefix)}"
     ]
     note = f" (not {folder_name(path)}: it holds another file's results)" if shared else ""

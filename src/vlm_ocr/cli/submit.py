@@ -205,6 +205,7 @@ def options_of(args: argparse.Namespace, *, single: bool = True) -> Options:
 
 async def submit_main(settings: Settings, args: argparse.Namespace) -> int:
     from ..client.listing import UsageError
+    from ..file_names import shown
     from .submit_view import View
 
     try:
@@ -212,8 +213,12 @@ async def submit_main(settings: Settings, args: argparse.Namespace) -> int:
     except (Usage, UsageError, ValueError) as exc:
         print(f"vlm-ocr submit: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # a list file that cannot be read
+        said = f"{exc.filename}: cannot be read ({exc.strerror})"
+        print(f"vlm-ocr submit: {shown(said)}", file=sys.stderr)
+        return 2
     single = run.corpus.single_file
-    view = View(run.progress, single=single.name if single else None)
+    view = View(run.progress, single=shown(single.name) if single else None)
     run.note = view.write
     with view.showing_logs():
         code = await _supervised(run, view)
@@ -243,6 +248,7 @@ def _report_lines(run: CorpusRun) -> list[str]:
 async def _supervised(run: CorpusRun, view) -> int | None:  # type: ignore[no-untyped-def]
     """The run with its display, Ctrl-C and its failures; an exit status when it ends early."""
     from ..client.endpoint import EndpointError
+    from ..client.listing import UsageError
     from ..errors import StorageError
 
     task = asyncio.ensure_future(run.run())
@@ -254,6 +260,12 @@ async def _supervised(run: CorpusRun, view) -> int | None:  # type: ignore[no-un
         view.close()
         print(_interrupted(run), file=sys.stderr)
         return 130
+    except UsageError as exc:  # a list read as the run goes (standard input) that is no list
+        view.close()
+        print(f"vlm-ocr submit: {exc}", file=sys.stderr)
+        for line in [*run.summary.lines(), *_report_lines(run)] if run.summary.documents else []:
+            print(line)
+        return 2
     except (EndpointError, StorageError) as exc:
         view.close()
         started = run.progress.documents_taken > 0
@@ -306,13 +318,16 @@ def _interrupted(run: CorpusRun) -> str:
 
 def _single_outcome(typed: str, run: CorpusRun) -> int:
     """One document's outcome; a refusal names the file as it was typed."""
+    from ..file_names import shown
+
     path = Path(typed)
     manifest, line = run.last_manifest, run.last_line
     if line is not None and line.status == "refused":
-        print(f"vlm-ocr submit: {typed}: {line.error}", file=sys.stderr)
+        print(shown(f"vlm-ocr submit: {typed}: {line.error}"), file=sys.stderr)
         return 1
     if manifest is None:
-        print(f"vlm-ocr submit: {line.error if line else 'nothing was sent'}", file=sys.stderr)
+        said = line.error if line else "nothing was sent"
+        print(shown(f"vlm-ocr submit: {said}"), file=sys.stderr)
         return 1
     print_outcome(path, manifest, run.shared.store.uri, earlier=bool(line and line.earlier))
     return 0 if manifest.complete else 1
@@ -321,8 +336,11 @@ def _single_outcome(typed: str, run: CorpusRun) -> int:
 def print_outcome(
     path: Path, manifest: DocumentManifest, uri: Callable[[str], str], *, earlier: bool = False
 ) -> None:
+    from ..file_names import shown
+
     t = manifest.totals
     unread = f", {t.not_read} not read" if t.not_read else ""
+    path = Path(shown(str(path)))  # (a name's control characters escaped)
     if earlier:
         print(
             f"{path}: finished by an earlier run, nothing sent: {t.pages} pages in {t.jobs} "

@@ -28,11 +28,12 @@ from pathlib import Path
 
 from ..contract import PageReport
 from ..errors import StorageError
+from ..file_names import shown, stored_name
 from ..settings import Settings
 from .documents import Limits, Listed, Refused
 from .endpoint import EndpointError, worker_count
 from .gate import Gate, Plan
-from .listing import Corpus, LeftOut, count
+from .listing import Corpus, LeftOut, UsageError, count
 from .manifest import DocumentManifest
 from .report import DocumentLine, Report, Summary
 from .submit import Duplicate, Options, Shared, Submission
@@ -167,6 +168,8 @@ class CorpusRun:
             await self.window.__aenter__()
             try:
                 listed = await asyncio.to_thread(next, documents, None)
+            except UsageError as exc:  # standard input that is no list: said once, by the command
+                self.stopped, listed = exc, None  # (the documents taken on end as they would)
             except Exception as exc:  # the bucket refused the listing, a list file vanished
                 self._stop(exc)
                 listed = None
@@ -176,7 +179,7 @@ class CorpusRun:
             self.progress.documents_taken += 1
             task = asyncio.create_task(self._document(listed))
             self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            task.add_done_callback(self._task_done)
         if self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
         if self.stopped is not None:
@@ -210,19 +213,27 @@ class CorpusRun:
             line = DocumentLine.refused(listed.source, str(exc), time.monotonic() - t0)
         except asyncio.CancelledError:
             line = self._unfinished(listed, sub, "interrupted", t0)
-            self._finish(line, sub)
+            self._record(line, sub)
             raise
         except (EndpointError, StorageError, ValueError) as exc:
             line = self._unfinished(listed, sub, str(exc), t0)
             if isinstance(exc, EndpointError) and exc.unreachable:
                 self._stop(exc)
         except Exception as exc:  # no document leaves the report without its line
-            log.exception("%s", listed.source)
+            log.exception("%s", shown(listed.source))
             line = self._unfinished(listed, sub, f"{type(exc).__name__}: {exc}", t0)
         finally:
             self._release(held, line, listed.source)
             await self.window.__aexit__()
-        self._finish(line, sub)
+        self._record(line, sub)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        """A document's task is done: `_document` records every outcome, so one that raised is
+        a fault of ours, said and counted (the run does not end 0), never dropped."""
+        self._tasks.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.error("a document's handling failed: %s: %s", type(exc).__name__, exc)
+            self.summary.documents["unfinished"] += 1
 
     def _submission(self, listed: Listed, held: list[int]) -> Submission:
         sub = Submission(
@@ -262,6 +273,7 @@ class CorpusRun:
         self, listed: Listed, sub: Submission | None, error: str, t0: float
     ) -> DocumentLine:
         seconds = time.monotonic() - t0
+        error = stored_name(error)  # (an exception's text may hold a file's name)
         manifest = sub.manifest if sub is not None else None
         if manifest is None:
             return DocumentLine(
@@ -294,8 +306,27 @@ class CorpusRun:
         if page.stored and sub.sent:
             self.progress.pages_stored += 1
 
+    def _record(self, line: DocumentLine, sub: Submission | None) -> None:
+        """The document's line in the report, the summary and the counts, whatever fails: a
+        document is never left out in silence (its line as unfinished, if its own cannot be
+        made)."""
+        try:
+            self._finish(line, sub)
+        except Exception as exc:
+            log.exception("%s: its outcome could not be recorded", shown(line.source))
+            error = f"its outcome could not be recorded ({type(exc).__name__}: {exc})"
+            fallback = DocumentLine(source=line.source, status="unfinished", error=error)
+            try:
+                self._finish(fallback, None)
+            except Exception:  # the report itself fails: counted all the same, said above
+                self.summary.add(fallback)
+                self.progress.documents[fallback.status] += 1
+
     def _finish(self, line: DocumentLine, sub: Submission | None) -> None:
-        self.report.write(line)
+        try:
+            self.report.write(line)
+        except OSError as exc:  # the report's disk: said, and the run goes on
+            log.error("%s: not written to the report: %s", shown(line.source), exc)
         self.summary.add(line)
         self.last_line, self.last_manifest = line, sub.manifest if sub is not None else None
         p = self.progress
@@ -308,7 +339,8 @@ class CorpusRun:
         elif line.status in ("partial", "failed"):
             p.pages_failed += line.failed
         if line.status != "ok" and not self.single:  # one document's outcome is printed after
-            log.info("%s: %s%s", line.source, line.status, f": {line.error}" if line.error else "")
+            said = f"{line.source}: {line.status}" + (f": {line.error}" if line.error else "")
+            log.info("%s", shown(said))
 
     def _close(self, wall_s: float) -> None:
         s = self.summary

@@ -9,19 +9,27 @@ run` tells it, whatever its name says; a TIFF of several pages (a fax, a scanner
 as the job's `pdf`, which the worker makes a PDF of its pages, so that every page is read. An
 object in the bucket is read by the client only when it is a PDF or a TIFF (streamed to a
 temporary file, to count and check its pages, then deleted); it is never uploaded again.
+
+A local file is read twice at most: once for its hash (all a finished document needs), and once
+into a private copy, whose pages are counted and which is uploaded, then deleted. The copy must
+hold what the hash was read from, and neither read may see the file change: a file written while
+the run reads it is refused, never sent as one version under another's name.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
+import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import IO, Literal
 
 from ..contract import key_name
 from ..errors import EMPTY_PDF, ENCRYPTED_PDF, NOT_A_PDF, UNREADABLE_PDF
-from ..images import IMAGE_SUFFIXES, RefusedImage, check_pages, open_header
+from ..file_names import stored_name
+from ..images import IMAGE_SUFFIXES, NOT_AN_IMAGE, RefusedImage, check_pages, open_header
 from ..pdf_file import file_sha256, is_pdf, open_pdf
 from ..settings import Settings
 from ..storage import Bucket, BucketInputs, ObjectTooLarge
@@ -44,6 +52,16 @@ class Refused(ValueError):
     """The document cannot be sent as it is; the message says why, as a job would."""
 
 
+NOT_REGULAR = "not a regular file; save it to a file first"
+CHANGED = "the file changed while it was read; run again when it is not being written"
+REMOVED = "the file was removed while the run read it"
+# The pages one document may have: it is split into jobs of --pages-per-job, but its
+# document.json holds a record of every page (about 800 bytes each) and is written again as its
+# jobs end, so 10,000 pages keep that under 10 MB.
+MAX_DOCUMENT_PAGES = 10_000
+CHUNK = 1 << 20  # read and copied a megabyte at a time, whatever the file's size
+
+
 def kind_of(name: str) -> Kind | None:
     suffix = Path(name).suffix.lower()
     if suffix == ".pdf":
@@ -57,6 +75,7 @@ class Limits:
 
     max_bytes: int
     max_image_pixels: int
+    max_pages: int = MAX_DOCUMENT_PAGES
 
     @classmethod
     def of(cls, settings: Settings) -> Limits:
@@ -75,6 +94,10 @@ class Listed:
     size: int | None = None
     etag: str | None = None
     problem: str | None = None
+
+    def __post_init__(self) -> None:
+        # the source is shown and stored; the path (any bytes) is what is opened
+        object.__setattr__(self, "source", stored_name(self.source))
 
     @property
     def name(self) -> str:
@@ -110,14 +133,75 @@ def check_size(size: int, limits: Limits, what: str) -> None:
 def local_identity(listed: Listed, limits: Limits) -> str:
     """A local file's sha256, once its size is within the limit (it reads the file once)."""
     assert listed.path is not None
-    try:
-        size = listed.path.stat().st_size
-    except OSError as exc:
-        raise Refused(f"cannot read the file ({exc.strerror})") from None
     if listed.kind is None:
         raise Refused("not a PDF or an image; accepted: " + ", ".join(sorted(DOCUMENT_SUFFIXES)))
-    check_size(size, limits, "the file")
-    return file_sha256(listed.path)
+    return _read(listed.path, limits, None)
+
+
+class CopyFailed(ValueError):
+    """The private copy could not be written: this machine's disk, not the document (so the
+    document is unfinished, for the next run, not refused)."""
+
+
+def snapshot(listed: Listed, limits: Limits, sha256: str) -> Path:
+    """A private copy of a local file, the one its pages are counted in and uploaded from, so
+    that a file written while the run reads it is never sent as one version and named as
+    another: Refused if the copy is not the content `sha256` was read from. The caller deletes
+    it."""
+    assert listed.path is not None
+    fd, name = tempfile.mkstemp(prefix="vlm-ocr-submit-", suffix=listed.path.suffix.lower())
+    copy = Path(name)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            if _read(listed.path, limits, out) != sha256:
+                raise Refused(CHANGED)
+    except OSError as exc:  # writing the copy (reading the file is Refused): this machine's disk
+        copy.unlink(missing_ok=True)
+        raise CopyFailed(
+            f"its copy to send could not be written in {tempfile.gettempdir()} ({exc.strerror}); "
+            "free space there, or set TMPDIR to a folder with room"
+        ) from None
+    except BaseException:
+        copy.unlink(missing_ok=True)
+        raise
+    return copy
+
+
+def _read(path: Path, limits: Limits, out: IO[bytes] | None) -> str:
+    """The file's sha256, read once (and copied to `out`), or Refused: not a regular file,
+    empty or over the limit, removed, or changed while it was read."""
+    try:
+        # O_NONBLOCK: a pipe that took the file's place is refused, not waited on
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise Refused(REMOVED) from None
+    except OSError as exc:
+        raise Refused(f"cannot read the file ({exc.strerror})") from None
+    with open(fd, "rb", buffering=0) as fh:
+        before = os.fstat(fd)
+        if not stat.S_ISREG(before.st_mode):
+            raise Refused(NOT_REGULAR)
+        check_size(before.st_size, limits, "the file")
+        digest, size = hashlib.sha256(), 0
+        while chunk := _chunk(fh):
+            digest.update(chunk)
+            size += len(chunk)
+            if out is not None:
+                out.write(chunk)
+        if size != before.st_size or _version(os.fstat(fd)) != _version(before):
+            raise Refused(CHANGED)  # written in place while it was read
+    return digest.hexdigest()
+
+
+def _chunk(fh: IO[bytes]) -> bytes:
+    try:
+        return fh.read(CHUNK)
+    except OSError as exc:
+        raise Refused(f"cannot read the file ({exc.strerror})") from None
+
+
+def _version(info: os.stat_result) -> tuple[int, int, int]:
+    return info.st_size, info.st_mtime_ns, info.st_ctime_ns
 
 
 def pdf_pages(path: Path) -> int:
@@ -133,9 +217,13 @@ def pdf_pages(path: Path) -> int:
     with doc:
         if doc.needs_pass:
             raise Refused(ENCRYPTED_PDF)
-        if doc.page_count == 0:
+        try:
+            pages = doc.page_count  # MuPDF reads the page tree here, and may fail on it
+        except Exception:  # (a tree it cannot count), as the worker says it
+            raise Refused(UNREADABLE_PDF) from None
+        if pages == 0:
             raise Refused(EMPTY_PDF)
-        return doc.page_count
+        return pages
 
 
 # what an image's upload is named, by its format, where its own name says otherwise
@@ -157,18 +245,30 @@ def examine(path: Path, named: Kind, limits: Limits) -> Content:
     with path.open("rb") as fh:
         head = fh.read(1024)
     if is_pdf(head):
-        return Content("pdf", pdf_pages(path), ".pdf")
+        return Content("pdf", _held(pdf_pages(path), "PDF", limits), ".pdf")
     try:
         fmt, frames = check_image(path, limits)
-    except Refused:
-        if named == "pdf":
+    except Refused as exc:
+        if named == "pdf" and str(exc) == NOT_AN_IMAGE:  # a refusal of what it is stays its own
             raise Refused(NOT_A_PDF) from None
         raise
+    _held(frames, "TIFF", limits)
     suffix = path.suffix.lower()
     if CONTENT_TYPES.get(suffix) != CONTENT_TYPES[FORMAT_SUFFIXES[fmt]]:
         suffix = FORMAT_SUFFIXES[fmt]  # named as another kind: its upload is named as it is
     # a TIFF's pages are its frames: sent as `pdf`, which the worker makes a PDF of them
     return Content("pdf" if frames > 1 else "image", frames, suffix)
+
+
+def _held(pages: int, what: str, limits: Limits) -> int:
+    """The pages of a document within the most one may have, or Refused."""
+    if pages > limits.max_pages:
+        most = limits.max_pages
+        raise Refused(
+            f"the {what} has {pages:,} pages, over the {most:,} one submitted document may "
+            f"have; split it into documents of at most {most:,} pages"
+        )
+    return pages
 
 
 def check_image(path: Path, limits: Limits) -> tuple[str, int]:

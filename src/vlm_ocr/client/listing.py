@@ -5,10 +5,12 @@ the memory of one directory's names or one page of keys (and of which folders we
 that a linked folder is followed once and a link back up is no loop).
 
 Arguments are checked before anything runs (a missing path, another bucket, nothing but files
-that are no documents: a usage error); a list file's lines are read as the run goes, and a line
-that names nothing becomes one refused document in the report. A file that is not a PDF or an
-image (by its name), in a folder, under a prefix or named, is left out and counted (`LeftOut`),
-so the run can say what it did not send; a link to nothing is a refused document.
+that are no documents, a list file that is no list of names: a usage error); a list file's lines
+are read as the run goes, and a line that names nothing becomes one refused document in the
+report. Folders are walked without recursion, so a tree of any depth is walked; one that cannot
+be read is counted and named in the summary, and the walk goes on. A file that is not a PDF or
+an image (by its name), in a folder, under a prefix or named, is left out and counted
+(`LeftOut`), so the run can say what it did not send; a link to nothing is a refused document.
 """
 
 from __future__ import annotations
@@ -19,9 +21,11 @@ import stat
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
+from ..file_names import shown, stored_name
 from ..storage import Bucket
-from .documents import DOCUMENT_SUFFIXES, Listed
+from .documents import DOCUMENT_SUFFIXES, NOT_REGULAR, Listed
 
 # (key, size, etag) of every object under a prefix, a page of keys at a time
 KeyLister = Callable[[str], Iterable[tuple[str, int, str]]]
@@ -81,18 +85,23 @@ class LeftOut:
         self.files += 1
         self.archives += is_archive(name)
         if len(self.names) < NAMED:
-            self.names.append(name)
+            self.names.append(stored_name(name))
 
     def folder(self, path: str, exc: OSError) -> None:
-        self.folders.append(f"{path} ({exc.strerror or exc})")
+        self.folders.append(stored_name(f"{path} ({exc.strerror or exc})"))
 
     def walked(self, path: str, target: str | None) -> None:
         """A folder not walked again: `path` a link to `target`, or (None) the folder itself,
         reached through a link before."""
-        self.linked.append(f"{path} -> {target}" if target else f"{path} (through a link)")
+        said = f"{path} -> {target}" if target else f"{path} (through a link)"
+        self.linked.append(stored_name(said))
 
     def lines(self) -> list[str]:
-        """The summary's lines: none when nothing was left out."""
+        """The summary's lines: none when nothing was left out (names as a terminal is given
+        them)."""
+        return [shown(line) for line in self._lines()]
+
+    def _lines(self) -> list[str]:
         out = []
         if self.files:
             more = f" and {self.files - len(self.names):,} more" if self.files > NAMED else ""
@@ -126,14 +135,14 @@ class LeftOut:
 def nothing(left_out: LeftOut, named: Iterable[str | Path]) -> str:
     """Why a run finds nothing to send in what the command line `named`."""
     said = "; ".join(left_out.lines())
-    where = ", ".join(map(str, named))
+    where = shown(", ".join(map(str, named)))
     return f"no document found in {where}{f': {said}' if said else ''}; accepted: {ACCEPTED}"
 
 
 def not_a_document(name: str) -> str:
     """Why a file named alone is not sent."""
     unpack = ": an archive, to unpack first" if is_archive(name) else ""
-    return f"{name}: not a PDF or an image{unpack}; accepted: {ACCEPTED}"
+    return f"{shown(name)}: not a PDF or an image{unpack}; accepted: {ACCEPTED}"
 
 
 @dataclass
@@ -154,7 +163,11 @@ class Corpus:
                 raise UsageError(problem)
         for path in self.list_files:
             if str(path) != "-" and not path.is_file():
-                raise UsageError(f"--list {path}: no such file")
+                raise UsageError(f"--list {shown(str(path))}: no such file")
+            if str(path) != "-":
+                with path.open("rb") as fh:
+                    for _ in _lines_of(path, fh):  # said now, not when the run reaches it
+                        pass
         # Only files, none a document: nothing can be sent, said before anything runs.
         files = [a for a in self.arguments if s3_target(a) is None and Path(a).is_file()]
         if self.list_files or not files or len(files) < len(self.arguments):
@@ -175,11 +188,15 @@ class Corpus:
                 problem = "s3:// keys are read from the configured bucket, and BUCKET_NAME is unset"
             elif target.bucket != self.bucket:
                 problem = (
-                    f"{arg}: the endpoint reads bucket {self.bucket!r} (BUCKET_NAME), "
+                    f"{shown(arg)}: the endpoint reads bucket {self.bucket!r} (BUCKET_NAME), "
                     f"not {target.bucket!r}"
                 )
         else:
-            problem = None if Path(arg).exists() else f"{arg}: no such file or folder"
+            try:
+                there = Path(arg).exists()
+            except (OSError, ValueError) as exc:  # too long a name, or a NUL in it
+                return f"{shown(arg)}: no file can be so named ({getattr(exc, 'strerror', exc)})"
+            problem = None if there else f"{shown(arg)}: no such file or folder"
         return problem
 
     @property
@@ -208,19 +225,17 @@ class Corpus:
     ) -> Iterator[Listed]:
         import sys
 
-        lines = sys.stdin if str(path) == "-" else path.open(encoding="utf-8")
+        stdin = str(path) == "-"
+        lines = getattr(sys.stdin, "buffer", sys.stdin) if stdin else path.open("rb")
         try:
-            for raw in lines:
-                line = raw.strip()
-                if not line or line.startswith("#"):
-                    continue
+            for line in _lines_of(path, lines):
                 problem = self._problem(line)
                 if problem is not None:
                     yield Listed(line, problem=problem)
                 else:
                     yield from self._expand(line, left_out, walked)
         finally:
-            if lines is not sys.stdin:
+            if not stdin:
                 lines.close()
 
     def _expand(
@@ -233,6 +248,8 @@ class Corpus:
                 yield from walk(path, left_out, walked)
             elif path.is_file() and not _is_document(arg):
                 left_out.file(arg)
+            elif path.exists() and not path.is_file():  # a pipe, a device: as in a folder
+                yield Listed(arg, problem=NOT_REGULAR)
             else:
                 yield Listed(arg, path=path)
         elif not target.is_prefix:
@@ -248,6 +265,32 @@ class Corpus:
                     left_out.file(f"s3://{target.bucket}/{key}")
 
 
+LIST_LINE_BYTES = 1 << 16  # a path or a key is far shorter; a longer line is no list's
+LIST_IS = "a list holds one path or key per line"
+
+
+def _lines_of(path: Path, lines: IO[bytes] | IO[str]) -> Iterator[str]:
+    """A list file's lines that name something (no comment, no blank), as UTF-8 text; a
+    UsageError naming the line where the file is not such a list (not text, a PDF by mistake).
+    A line is read up to its limit, so a file of no lines is not read whole into memory."""
+    where, number = f"--list {shown(str(path))}", 0
+    while read := lines.readline(LIST_LINE_BYTES + 1):
+        number += 1
+        raw = read.encode("utf-8", "surrogateescape") if isinstance(read, str) else read
+        if len(raw) > LIST_LINE_BYTES:
+            raise UsageError(f"{where}: line {number} is over {LIST_LINE_BYTES:,} bytes; {LIST_IS}")
+        if number == 1 and raw.lstrip().startswith(b"%PDF"):  # given as the list by mistake
+            raise UsageError(f"{where}: a PDF, not a list; {LIST_IS} (a PDF is given as PATH)")
+        try:
+            line = raw.decode("utf-8").strip()
+        except UnicodeDecodeError:
+            line = "\0"  # (said as a NUL is: no text)
+        if "\0" in line:
+            raise UsageError(f"{where}: line {number} is not UTF-8 text; {LIST_IS}")
+        if line and not line.startswith("#"):
+            yield line
+
+
 def walk(
     folder: Path, left_out: LeftOut | None = None, walked: set[tuple[int, int]] | None = None
 ) -> Iterator[Listed]:
@@ -258,14 +301,14 @@ def walk(
     in `left_out`, and a link to nothing is a document refused with its reason."""
     left_out = left_out if left_out is not None else LeftOut()
     walked = walked if walked is not None else set()
-    try:
-        info = folder.stat()
-        entries = sorted(os.scandir(folder), key=lambda e: e.name)
-    except OSError as exc:
-        left_out.folder(str(folder), exc)
-        return
-    walked.add((info.st_dev, info.st_ino))
-    for entry in entries:
+    # the names of each folder open, the deepest last: walked with no recursion, so a tree of
+    # any depth ends (Python's own stack ends at about a thousand)
+    stack = [names] if (names := _names(folder, left_out, walked)) is not None else []
+    while stack:
+        entry = next(stack[-1], None)
+        if entry is None:
+            stack.pop()
+            continue
         if entry.name.startswith("."):
             continue
         try:
@@ -274,13 +317,29 @@ def walk(
             yield from _broken_link(entry, exc, left_out)
             continue
         if stat.S_ISDIR(mode):
-            yield from _folder(entry, left_out, walked)
+            if (names := _inner(entry, left_out, walked)) is not None:
+                stack.append(names)
         elif not _is_document(entry.name):
             left_out.file(entry.path)
         elif stat.S_ISREG(mode):
             yield Listed(entry.path, path=Path(entry.path))
         else:  # a pipe, a socket, a device: read once or never ends, no job's file
-            yield Listed(entry.path, problem="not a regular file; save it to a file first")
+            yield Listed(entry.path, problem=NOT_REGULAR)
+
+
+def _names(
+    folder: Path, left_out: LeftOut, walked: set[tuple[int, int]]
+) -> Iterator[os.DirEntry[str]] | None:
+    """The folder's entries in name order, or None (counted in `left_out`) when it cannot be
+    read."""
+    try:
+        info = folder.stat()
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    except OSError as exc:
+        left_out.folder(str(folder), exc)
+        return None
+    walked.add((info.st_dev, info.st_ino))
+    return iter(entries)
 
 
 def _mode(entry: os.DirEntry[str]) -> int:
@@ -293,15 +352,20 @@ def _mode(entry: os.DirEntry[str]) -> int:
     return stat.S_IFREG if entry.is_file(follow_symlinks=False) else 0
 
 
-def _folder(
+def _inner(
     entry: os.DirEntry[str], left_out: LeftOut, walked: set[tuple[int, int]]
-) -> Iterator[Listed]:
-    info = entry.stat()
+) -> Iterator[os.DirEntry[str]] | None:
+    """A folder's entries, unless it was walked already or cannot be read."""
+    try:
+        info = entry.stat()
+    except OSError as exc:  # gone since its folder was listed
+        left_out.folder(entry.path, exc)
+        return None
     if (info.st_dev, info.st_ino) in walked:  # a link back up, or to a folder walked already
         target = os.path.realpath(entry.path) if entry.is_symlink() else None
         left_out.walked(entry.path, target)
-        return
-    yield from walk(Path(entry.path), left_out, walked)
+        return None
+    return _names(Path(entry.path), left_out, walked)
 
 
 def _broken_link(entry: os.DirEntry[str], exc: OSError, left_out: LeftOut) -> Iterator[Listed]:

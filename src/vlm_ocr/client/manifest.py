@@ -4,11 +4,13 @@ stored, and whether anything is left to send."""
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from ..contract import PageReport, Totals, format_ranges
+from ..file_names import stored_name
 
 
 class Part(BaseModel):
@@ -79,15 +81,33 @@ class DocumentManifest(BaseModel):
     totals: DocumentTotals = Field(default_factory=DocumentTotals)
     wall_s: float | None = None
 
+    @field_validator("source")
+    @classmethod
+    def _storable(cls, source: str | None) -> str | None:
+        return None if source is None else stored_name(source)
+
+    @model_validator(mode="after")
+    def _in_order(self) -> DocumentManifest:
+        """The pages in page order, as `record` keeps them (once, as it is read)."""
+        if any(a.page >= b.page for a, b in zip(self.pages, self.pages[1:], strict=False)):
+            by_page = {p.page: p for p in self.pages}
+            self.pages = [by_page[n] for n in sorted(by_page)]
+        return self
+
     def record(self, page: PageReport) -> None:
-        """One page's report as it streamed, or as its job's result gave it (without its text)."""
+        """One page's report as it streamed, or as its job's result gave it (without its text).
+        The pages stay in page order: found by bisection, so a document's pages cost no more
+        than their count times its log."""
         kept = page.model_copy(update={"text": None, "url": None})
-        for i, have in enumerate(self.pages):
-            if have.page == page.page:
-                self.pages[i] = kept
-                return
-        self.pages.append(kept)
-        self.pages.sort(key=lambda p: p.page)
+        pages = self.pages
+        if not pages or pages[-1].page < page.page:  # the common case: the next page
+            pages.append(kept)
+            return
+        i = bisect_left(pages, page.page, key=lambda p: p.page)
+        if i < len(pages) and pages[i].page == page.page:
+            pages[i] = kept
+        else:
+            pages.insert(i, kept)
 
     def outcome(self, part: Part, pages: list[PageReport]) -> None:
         """Record a job's page reports, replacing what earlier attempts recorded for them."""
@@ -97,7 +117,12 @@ class DocumentManifest(BaseModel):
 
     def missing(self, part: Part) -> list[int]:
         """The part's pages whose text is not stored yet."""
-        stored = {p.page for p in self.pages if p.stored}
+        pages, stored = self.pages, set()
+        i = bisect_left(pages, part.first, key=lambda p: p.page)  # its pages alone are read
+        while i < len(pages) and pages[i].page <= part.last:
+            if pages[i].stored:
+                stored.add(pages[i].page)
+            i += 1
         return [n for n in part.range() if n not in stored]
 
     def selection(self, part: Part) -> str:

@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
+from ..file_names import shown, stored_name
 from .listing import LeftOut
 from .manifest import DocumentManifest
 
@@ -65,6 +66,13 @@ class DocumentLine(BaseModel):
     )
     seconds: float = Field(0.0, description="This run's time on it, from listing to its end.")
     error: str | None = None
+
+    @field_validator("source", "duplicate_of", "error")
+    @classmethod
+    def _storable(cls, text: str | None) -> str | None:
+        """A name's bytes that are not UTF-8 as `\\xff`: the line is valid JSON whatever the
+        file's name."""
+        return None if text is None else stored_name(text)
 
     @classmethod
     def refused(cls, source: str, error: str, seconds: float) -> DocumentLine:
@@ -169,7 +177,8 @@ class Summary:
         if line.status != "ok":
             self.not_ok += 1
             if len(self.examples) < EXAMPLES:
-                self.examples.append(f"{line.source}: {line.status}: {line.error or ''}".strip())
+                said = f"{line.source}: {line.status}: {line.error or ''}".strip()
+                self.examples.append(shown(said))
 
     @property
     def exit_code(self) -> int:

@@ -26,6 +26,7 @@ fingerprint).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -35,9 +36,11 @@ from typing import Any
 
 from .. import document
 from ..contract import JobResult, PageItem, PageReport, ResultItem, read_item
+from ..errors import StorageError
+from ..file_names import shown
 from ..pdf_file import file_sha256
 from ..settings import BucketSettings, ClientSettings, Settings
-from ..storage import PLAIN_TYPE, TEXT_TYPE, Bucket, ObjectMissing, S3Store, put_json
+from ..storage import JSON_TYPE, PLAIN_TYPE, TEXT_TYPE, Bucket, ObjectMissing, S3Store, put_json
 from .documents import (
     CONTENT_TYPES,
     TIFF_SUFFIXES,
@@ -51,6 +54,7 @@ from .documents import (
     key_identity,
     local_identity,
     pdf_pages,
+    snapshot,
 )
 from .endpoint import FINAL_STATES, Endpoint, EndpointError
 from .gate import Gate, sleep_poll
@@ -87,6 +91,11 @@ OWN_FAULT = ("input", "no page could be processed")
 # that builds them right) sends the job again. Within a run it would fail the same way.
 CLIENT_MADE = ("input.output_prefix", "input.pages")
 CANCELS_AT_ONCE = 10  # RunPod takes 20 /cancel requests at once, 100 in 10 s
+# document.json is written as jobs are sent and end, for a run cut short to go on from; a large
+# document's takes a while to write (10,000 pages: 8 MB), so after a write the next waits this
+# many times as long (all that happened meanwhile in one): writing it takes at most a tenth of
+# the client's time, and a small document's is written at once.
+SAVE_SPACING = 9
 
 
 def pdf_page_count(path: Path) -> int:
@@ -220,6 +229,10 @@ class Submission:
         self.duplicate_of: str | None = None
         self._stored: set[int] = set()  # pages told to `on_page` as stored
         self._save_lock = asyncio.Lock()
+        self._next_save = 0.0  # (monotonic) when document.json may be written again
+        self._deferred: asyncio.Future[None] | None = None  # a write when it may be
+        #: the private copy of a local file its pages are counted in and uploaded from
+        self._snapshot: Path | None = None
 
     @property
     def path(self) -> Path | None:
@@ -240,6 +253,8 @@ class Submission:
         try:
             return await self._run()
         finally:
+            self._drop_snapshot()
+            await self._flush()
             if self._own:
                 await self.shared.close()
 
@@ -273,7 +288,10 @@ class Submission:
         manifest = manifest or self._new(prefix, facts)
         self.manifest = manifest
         self.on_start(manifest)
-        await self._upload(manifest, identity)
+        try:
+            await self._upload(manifest, identity)
+        finally:  # one copy a document at a time on this machine's disk: none once uploaded
+            self._drop_snapshot()
         for page in manifest.pages:
             self._tell(page)
         await self._parts([p for p in manifest.parts if not p.settled])
@@ -283,6 +301,7 @@ class Submission:
                 manifest.text_key, manifest.markdown_key = await self._write_text(manifest)
         finally:  # what the jobs did is recorded even if the whole text could not be written
             manifest.wall_s = round(time.perf_counter() - t0, 2)
+            await self._settle()
             await self.save()
         return manifest
 
@@ -328,7 +347,7 @@ class Submission:
             return None
         log.warning(
             "%s: an earlier run read only the first of its %d pages; reading them all",
-            self.listed.source,
+            shown(self.listed.source),
             facts.page_count,
         )
         return facts
@@ -354,7 +373,11 @@ class Submission:
         listed = self.listed
         if listed.path is not None:
             named = listed.kind or "pdf"  # local_identity refused any other
-            found = await asyncio.to_thread(examine, listed.path, named, self.limits)
+            # counted and sent from one copy, the content `identity` names (Refused if the file
+            # changed since it was read)
+            self._drop_snapshot()
+            self._snapshot = await asyncio.to_thread(snapshot, listed, self.limits, identity)
+            found = await asyncio.to_thread(examine, self._snapshot, named, self.limits)
             return Facts(found.kind, found.pages, sha256=identity, suffix=found.suffix)
         return await inspect_object(self.bucket, listed, self.limits)
 
@@ -446,7 +469,7 @@ class Submission:
                 part.status = "failed" if self.manifest.missing(part) else "ok"
                 part.final = part.error.startswith(OWN_FAULT) and not client_made(part.error)
             if not part.settled or not self.manifest.finished:
-                await self.save()  # (the document's last part: saved once, with its text)
+                self._checkpoint()  # (the document's last part: saved once, with its text)
             if part.settled or client_made(part.error):
                 return
             if attempt < self.options.retries:
@@ -467,7 +490,7 @@ class Submission:
         self.sent += 1
         part.job_ids.append(job_id)
         self.shared.active[job_id] = (self, part)
-        await self.save()
+        self._checkpoint()
         log.debug("job %s submitted: %s pages %s", job_id, self.manifest.prefix, part.pages)
         try:
             state, output, error = await self._follow(job_id)
@@ -523,10 +546,12 @@ class Submission:
     # --- the bucket -------------------------------------------------------------------------
 
     async def _upload(self, manifest: DocumentManifest, sha: str) -> None:
-        """A local document, uploaded unless the bucket has it already."""
-        path = self.listed.path
-        if path is None:
+        """A local document, uploaded (its copy, whose content `sha` is) unless the bucket has
+        it already."""
+        if self.listed.path is None:
             return
+        path = self._snapshot
+        assert path is not None, "a local document is inspected (and copied) before its upload"
         key = manifest.source_key
         try:
             head = await self.bucket.head(key)
@@ -535,7 +560,7 @@ class Submission:
                 return
         except ObjectMissing:
             pass
-        log.debug("uploading %s to %s", path.name, self.store.uri(key))
+        log.debug("uploading %s to %s", shown(self.listed.name), self.store.uri(key))
         kind = CONTENT_TYPES.get(Path(key).suffix, "application/pdf")
         await self.bucket.upload(path, key, kind, {"sha256": sha})
 
@@ -548,15 +573,57 @@ class Submission:
         return out / self.manifest.prefix.rsplit("/", 1)[-1]
 
     async def save(self) -> None:
+        """document.json, now (in the bucket, and in `out`)."""
         assert self.manifest is not None
         async with self._save_lock:
-            doc = self.manifest.model_dump(mode="json")
-            await put_json(self.store, self.manifest.manifest_key, doc)
+            t0 = time.monotonic()
+            doc = (self.manifest.model_dump_json(indent=2) + "\n").encode()
+            await self.store.put(self.manifest.manifest_key, doc, JSON_TYPE)
             if self.out is not None:
                 self.out.mkdir(parents=True, exist_ok=True)
-                (self.out / "document.json").write_bytes(
-                    (self.manifest.model_dump_json(indent=2) + "\n").encode()
-                )
+                (self.out / "document.json").write_bytes(doc)
+            now = time.monotonic()
+            self._next_save = now + SAVE_SPACING * (now - t0)
+
+    def _checkpoint(self) -> None:
+        """document.json written soon, as a job is sent or a part ends: at once after a short
+        write, else when SAVE_SPACING says, with all that happened until then."""
+        if self._deferred is None:
+            self._deferred = asyncio.ensure_future(self._save_later())
+
+    async def _save_later(self) -> None:
+        async with self._save_lock:  # after a write under way, which sets when the next may be
+            pass
+        await asyncio.sleep(max(self._next_save - time.monotonic(), 0))
+        self._deferred = None  # what changes from here on is in the next write
+        try:
+            await asyncio.shield(self.save())  # (cancelled, it ends its write: never two at once)
+        except StorageError as exc:  # said by the document's last write, if it fails too
+            log.warning("document.json not written (%s); written at the document's end", exc)
+
+    async def _settle(self) -> None:
+        """No write left waiting: the one that follows writes what it would have."""
+        deferred, self._deferred = self._deferred, None
+        if deferred is not None:
+            deferred.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await deferred
+
+    async def _flush(self) -> None:
+        """A write left waiting when the run ended early (an error, an interruption) is made
+        now, so what the jobs did is kept for the next run."""
+        if self._deferred is None or self.manifest is None:
+            return
+        await self._settle()
+        try:
+            await asyncio.shield(self.save())
+        except StorageError as exc:
+            log.warning("document.json not written (%s); the next run sends its jobs again", exc)
+
+    def _drop_snapshot(self) -> None:
+        if self._snapshot is not None:
+            self._snapshot.unlink(missing_ok=True)
+            self._snapshot = None
 
     async def _copy_out(self, manifest: DocumentManifest) -> None:
         """`--out` for a document an earlier run finished: its document.json, .md and .txt,

@@ -23,15 +23,15 @@ from PIL import Image
 from vlm_ocr import samples
 from vlm_ocr.client import documents as client_documents
 from vlm_ocr.client.corpus import CorpusOptions, CorpusRun
-from vlm_ocr.client.listing import Corpus, bucket_lister
+from vlm_ocr.client.listing import Corpus
 from vlm_ocr.client.report import Summary
 from vlm_ocr.client.submit import Options
-from vlm_ocr.settings import Settings
 from vlm_ocr_lab.standins.instant_worker import InstantWorker
-from vlm_ocr_lab.standins.local_endpoint import API_KEY, Router
+from vlm_ocr_lab.standins.local_endpoint import Router
 from vlm_ocr_lab.standins.loopback_s3 import LoopbackS3, s3_client
 
 from .support import write_pdf
+from .support.corpus_endpoint import CorpusEndpoint
 from .support.workers import BUCKET, keys, read
 
 
@@ -74,40 +74,24 @@ class LosingRouter(Router):
         return await super()._stream(request)
 
 
-class Endpoint:
+class Endpoint(CorpusEndpoint):
+    """The stand-in endpoint whose workers fail or lose the jobs a test names."""
+
+    worker: FailingWorker
+    router: LosingRouter
+
     def __init__(self, s3: LoopbackS3) -> None:
-        self.s3 = s3
-        self.worker = FailingWorker(s3.endpoint, BUCKET)
-        self.router = LosingRouter([self.worker.url] * 2)
+        super().__init__(s3, FailingWorker, LosingRouter)
 
-    def settings(self) -> Settings:
-        return Settings(
-            **self.s3.settings_update(BUCKET)
-            | {"runpod_api_base": self.router.base, "runpod_api_key": API_KEY}
-        )
-
-    def run(self, *paths: Path | str, **options: Any) -> tuple[Summary, dict[str, list[dict]]]:
+    def run_by_name(
+        self, *paths: Path | str, **options: Any
+    ) -> tuple[Summary, dict[str, list[dict]]]:
         """One run over the paths; its summary and its report's lines by file name."""
-        report = options.pop("report")
-        corpus = Corpus([str(p) for p in paths], options.pop("lists", []), BUCKET, "ocr/")
-        run = CorpusRun(
-            corpus, self.settings(), Options("e", poll_s=0.05, **options),
-            CorpusOptions(report=report, gpu_price=3.6),
-        )  # fmt: skip
-        corpus.lister = bucket_lister(run.shared.store.bucket)
-        summary = asyncio.run(run.run())
-        lines: dict[str, list[dict]] = {}
-        for text in report.read_text().splitlines():
-            line = json.loads(text)
-            lines.setdefault(Path(line["source"]).name, []).append(line)
-        return summary, lines
-
-    def jobs(self, base: str) -> list[Any]:
-        return [j for j in self.router.jobs.values() if j.input["output_prefix"].startswith(base)]
-
-    def stop(self) -> None:
-        self.router.stop()
-        self.worker.stop()
+        summary, lines = self.run(*paths, gpu_price=3.6, **options)
+        by_name: dict[str, list[dict]] = {}
+        for line in lines:
+            by_name.setdefault(Path(line["source"]).name, []).append(line)
+        return summary, by_name
 
 
 @pytest.fixture(scope="module")
@@ -151,7 +135,7 @@ def test_the_same_file_in_many_folders_is_sent_once_and_its_copies_said(endpoint
     listed.write_text(f"{tmp_path / 'archive' / 'b' / 'minutes.pdf'}\n")
     report = tmp_path / "r.jsonl"
 
-    summary, lines = endpoint.run(
+    summary, lines = endpoint.run_by_name(
         tmp_path / "archive", lists=[listed], base=base, report=report, retries=0
     )
 
@@ -175,7 +159,9 @@ def test_the_same_file_in_many_folders_is_sent_once_and_its_copies_said(endpoint
     assert summary.exit_code == 0
 
     # Run again: the first is finished by an earlier run, its copies are still copies.
-    summary, lines = endpoint.run(tmp_path / "archive", lists=[listed], base=base, report=report)
+    summary, lines = endpoint.run_by_name(
+        tmp_path / "archive", lists=[listed], base=base, report=report
+    )
     assert summary.earlier == 2 and summary.duplicates == 3 and summary.jobs == 0
     assert sum(line["earlier"] for line in lines["minutes.pdf"]) == 1
 
@@ -184,14 +170,14 @@ def test_a_new_out_folder_gets_the_results_an_earlier_run_finished(endpoint, bas
     pdf(tmp_path / "docs" / "one.pdf", 2)
     pdf(tmp_path / "docs" / "two.pdf", 1, first=5)
     first_out = tmp_path / "first"
-    endpoint.run(
+    endpoint.run_by_name(
         tmp_path / "docs", base=base, report=first_out / "r.jsonl", out=first_out,
         out_folders=True,
     )  # fmt: skip
     sent = len(endpoint.jobs(base))
 
     again = tmp_path / "again"  # another machine, or the first folder lost
-    summary, lines = endpoint.run(
+    summary, lines = endpoint.run_by_name(
         tmp_path / "docs", base=base, report=again / "r.jsonl", out=again, out_folders=True
     )
 
@@ -222,7 +208,7 @@ def test_a_new_out_folder_gets_the_results_an_earlier_run_finished(endpoint, bas
 def test_a_run_after_a_failed_job_prices_only_the_pages_it_stored(endpoint, base, tmp_path):
     doc = pdf(tmp_path / "big" / "big.pdf", 30)
     endpoint.worker.fail = (f"{base}/big-", "/pages-0011-0020")
-    summary, lines = endpoint.run(
+    summary, lines = endpoint.run_by_name(
         doc, base=base, pages_per_job=10, retries=0, report=tmp_path / "r1.jsonl"
     )
     endpoint.worker.fail = ()
@@ -231,7 +217,7 @@ def test_a_run_after_a_failed_job_prices_only_the_pages_it_stored(endpoint, base
     assert summary.pages_this_run == 20
 
     pdf(tmp_path / "big" / "small.pdf", 1, first=50)
-    summary, lines = endpoint.run(
+    summary, lines = endpoint.run_by_name(
         tmp_path / "big", base=base, pages_per_job=10, report=tmp_path / "r2.jsonl"
     )
 
@@ -250,7 +236,9 @@ def test_a_job_runpod_loses_is_sent_again_and_the_others_finish(endpoint, base, 
     router = endpoint.router
     router.losing, router.lose = (f"{base}/case", "/pages-0011-0020"), 1
 
-    summary, lines = endpoint.run(doc, base=base, pages_per_job=10, report=tmp_path / "r.jsonl")
+    summary, lines = endpoint.run_by_name(
+        doc, base=base, pages_per_job=10, report=tmp_path / "r.jsonl"
+    )
 
     assert router.lose == 0 and len(router.lost) == 1
     (line,) = lines["case.pdf"]
@@ -262,7 +250,7 @@ def test_a_job_runpod_loses_is_sent_again_and_the_others_finish(endpoint, base, 
     # says what the bucket has
     other = pdf(tmp_path / "lost2" / "case2.pdf", 30, first=100)
     router.lose = 1
-    summary, lines = endpoint.run(
+    summary, lines = endpoint.run_by_name(
         other, base=base, pages_per_job=10, retries=0, report=tmp_path / "r2.jsonl"
     )
     assert summary.documents == Counter(unfinished=1) and summary.jobs == 3
@@ -285,7 +273,7 @@ def test_a_tiff_of_several_pages_is_sent_whole_and_files_as_what_they_are(endpoi
         Bucket=BUCKET, Key=f"in-{base}/bucketfax.tif", Body=fax_in_bucket
     )
 
-    summary, lines = endpoint.run(
+    summary, lines = endpoint.run_by_name(
         folder, f"s3://{BUCKET}/in-{base}/", base=base, report=tmp_path / "r.jsonl"
     )
 
@@ -323,11 +311,11 @@ def test_a_fax_an_earlier_version_read_as_one_image_is_read_whole(
         return client_documents.Content("image", 1, found.suffix)  # the first page alone
 
     monkeypatch.setattr("vlm_ocr.client.submit.examine", as_before)
-    _, lines = endpoint.run(fax, base=base, report=tmp_path / "r1.jsonl")
+    _, lines = endpoint.run_by_name(fax, base=base, report=tmp_path / "r1.jsonl")
     assert lines["fax.tiff"][0]["pages"] == 1
     monkeypatch.undo()
 
-    summary, lines = endpoint.run(fax, base=base, report=tmp_path / "r2.jsonl")
+    summary, lines = endpoint.run_by_name(fax, base=base, report=tmp_path / "r2.jsonl")
 
     (line,) = lines["fax.tiff"]
     assert line["status"] == "ok" and line["pages"] == line["ok"] == 3 and not line["earlier"]

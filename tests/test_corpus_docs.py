@@ -24,9 +24,9 @@ def test_the_corpus_sizing_table_is_what_the_measured_runs_give() -> None:
 
 def _run(**values: object) -> measured.Run:
     row = {k: None for k in measured.REQUIRED} | {
-        "date": "2026-12-01", "commit": "abc", "gpu": "GPU", "vllm": "0", "transformers": "0",
-        "family": "olmocr", "overrides": {}, "start": "fresh", "phases": {}, "pages": 100,
-        "failed": 0, "failed_by_reason": {},
+        "date": "2026-12-01", "commit": "abc", "gpu": "NVIDIA H200", "vllm": "0",
+        "transformers": "0", "family": "olmocr", "overrides": {}, "start": "fresh", "phases": {},
+        "pages": 100, "failed": 0, "failed_by_reason": {},
     }  # fmt: skip
     family = str(values.get("family", row["family"]))
     row["start_mode"] = measured.family_start_mode(family)  # at its family's defaults
@@ -42,7 +42,8 @@ def test_a_row_sizes_the_corpus_from_the_pace_and_the_price_of_the_run() -> None
     # 100,000 pages at 10 pages/s: 2.8 GPU-hours; the price the run was costed at, US$3.6 an
     # hour; a million pages in a day at 10 pages/s a worker: 2 workers
     assert line == (
-        "| `olmocr` | GPU, 2026-12-01, 100 pages (abc) | 10 | 2.8 | 10 (US$3.6 an hour) | 2 | "
+        "| `olmocr` | NVIDIA H200, 2026-12-01, 100 pages (abc) | 10 | 2.8 | 10 (US$3.6 an hour) "
+        "| 2 | "
         "150 s |"
     )
     assert corpus_docs.row("chandra", rows).startswith("| `chandra` | not measured |")

@@ -6,7 +6,6 @@ what is tested is the client's bookkeeping, and every job it sends is seen."""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import logging
@@ -22,54 +21,17 @@ import pytest
 
 from vlm_ocr import samples
 from vlm_ocr.client import submit as client_submit
-from vlm_ocr.client.corpus import CorpusOptions, CorpusRun
 from vlm_ocr.client.documents import CHANGED, REMOVED
-from vlm_ocr.client.listing import Corpus, bucket_lister
-from vlm_ocr.client.report import Report, Summary
-from vlm_ocr.client.submit import Options
-from vlm_ocr.settings import Settings
-from vlm_ocr_lab.standins.instant_worker import InstantWorker
-from vlm_ocr_lab.standins.local_endpoint import API_KEY, Router
+from vlm_ocr.client.report import Report
 from vlm_ocr_lab.standins.loopback_s3 import LoopbackS3, s3_client
 
+from .support.corpus_endpoint import CorpusEndpoint
 from .support.workers import BUCKET, keys, read
 
 
-class Endpoint:
-    def __init__(self, s3: LoopbackS3) -> None:
-        self.s3 = s3
-        self.worker = InstantWorker(s3.endpoint, BUCKET)
-        self.router = Router([self.worker.url] * 2)
-
-    def settings(self, **values: Any) -> Settings:
-        return Settings(
-            **self.s3.settings_update(BUCKET)
-            | {"runpod_api_base": self.router.base, "runpod_api_key": API_KEY}
-            | values
-        )
-
-    def run(self, *paths: Path | str, report: Path, **options: Any) -> tuple[Summary, list[dict]]:
-        """One run over the paths; its summary and its report's lines."""
-        corpus = Corpus([str(p) for p in paths], [], BUCKET, "ocr/")
-        run = CorpusRun(
-            corpus, self.settings(), Options("e", poll_s=0.05, **options),
-            CorpusOptions(report=report),
-        )  # fmt: skip
-        corpus.lister = bucket_lister(run.shared.store.bucket)
-        summary = asyncio.run(run.run())
-        return summary, [json.loads(line) for line in report.read_text().splitlines()]
-
-    def jobs(self, base: str) -> list[Any]:
-        return [j for j in self.router.jobs.values() if j.input["output_prefix"].startswith(base)]
-
-    def stop(self) -> None:
-        self.router.stop()
-        self.worker.stop()
-
-
 @pytest.fixture(scope="module")
-def endpoint(loopback_s3: LoopbackS3) -> Iterator[Endpoint]:
-    ep = Endpoint(loopback_s3)
+def endpoint(loopback_s3: LoopbackS3) -> Iterator[CorpusEndpoint]:
+    ep = CorpusEndpoint(loopback_s3)
     yield ep
     ep.stop()
 

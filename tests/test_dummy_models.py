@@ -227,16 +227,18 @@ def test_the_tiny_models_are_their_examples_scaled_down(arch: str) -> None:
     assert config["image_token_id"] == ids["<|image_pad|>"]
 
 
-def test_the_page_arithmetic_bench_reads_a_familys_shapes_from_its_example_config() -> None:
-    # dev/gpu/page_arith.py: a 192 dpi letter page for Chandra 2's shapes, and the layers it times
+def _page_arith(config: str, width: int, height: int) -> list:
     probe = (
         "import importlib.util, json, os, sys\n"
         "sys.path.insert(0, os.path.dirname(sys.argv[1]))  # as a script run from there has it\n"
         "spec = importlib.util.spec_from_file_location('pa', sys.argv[1])\n"
         "pa = importlib.util.module_from_spec(spec); spec.loader.exec_module(pa)\n"
         "vision, text = pa.shapes(json.load(open(sys.argv[2])))\n"
-        "print(json.dumps([pa.patches_and_tokens(vision, 1632, 2112),\n"
-        "    len(pa.text_linears(text)), len(pa.vision_linears(vision))]))\n"
+        "w, h = int(sys.argv[3]), int(sys.argv[4])\n"
+        "patches, tokens = pa.patches_and_tokens(vision, w, h)\n"
+        "print(json.dumps([patches, tokens, len(pa.text_linears(text)),\n"
+        "    pa.vision_linears(vision)[:4], len(pa.vision_linears(vision)),\n"
+        "    pa.decode_linears(text)[-1], pa.decode_step_bytes(text, tokens + 400, 256)]))\n"
     )
     out = subprocess.run(
         [
@@ -244,15 +246,50 @@ def test_the_page_arithmetic_bench_reads_a_familys_shapes_from_its_example_confi
             "-c",
             probe,
             str(ROOT / "dev/gpu/page_arith.py"),
-            str(ROOT / "examples/chandra-ocr-2.config.json"),
+            str(ROOT / "examples" / config),
+            str(width),
+            str(height),
         ],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert out.returncode == 0, out.stderr
-    (patches, tokens), text_layers, vision_layers = json.loads(out.stdout)
+    return json.loads(out.stdout)
+
+
+def test_the_page_arithmetic_bench_reads_a_familys_shapes_from_its_example_config() -> None:
+    # dev/gpu/page_arith.py: a 192 dpi letter page for Chandra 2's shapes, and the layers it times
+    patches, tokens, text_layers, first, vision_layers, head, reads = _page_arith(
+        "chandra-ocr-2.config.json", 1632, 2112
+    )
     assert (patches, tokens) == (102 * 132, 102 * 132 // 4)  # 16 px patches, merged 2 × 2
     # 32 layers: an MLP's two each, 8 full-attention layers' two, 24 gated-delta-net layers' three
     assert text_layers == 32 * 2 + 8 * 2 + 24 * 3
     assert vision_layers == 24 * 4
+    assert first == [[1024, 3072], [1024, 1024], [1024, 4096], [4096, 1024]]  # an ungated MLP
+    assert head == [2560, 248320]  # a decoding step ends in the LM head
+    # a step's reads: 8 layers' fp8 keys and values (4 heads of 256), and 24 layers' float32
+    # states (32 value heads of 128 × 128), each read and written
+    assert reads == {
+        "kv_cache": 8 * 2 * 4 * 256 * (tokens + 400) * 256,
+        "gdn_states": 24 * 32 * 128 * 128 * 4 * 2 * 256,
+    }
+
+
+def test_the_page_arithmetic_bench_reads_pixtral_and_dots_shapes() -> None:
+    # LightOnOCR 2: Pixtral's gated MLP, every text layer full attention, no state
+    patches, tokens, text_layers, first, vision_layers, head, reads = _page_arith(
+        "lightonocr-2-1b.config.json", 1190, 1540
+    )
+    assert (patches, tokens) == (84 * 110, 84 * 110 // 4)  # 14 px patches, merged 2 × 2
+    assert text_layers == 28 * 4 and vision_layers == 24 * 4
+    assert first[2:] == [[1024, 2 * 8192], [8192, 1024]]
+    assert reads == {"kv_cache": 28 * 2 * 8 * 128 * (tokens + 400) * 256, "gdn_states": 0}
+    # dots.mocr: its config is its own language model (no text_config), head size by division
+    patches, tokens, text_layers, first, vision_layers, head, reads = _page_arith(
+        "dots.ocr.config.json", 1700, 2200
+    )
+    assert vision_layers == 42 * 4 and first[2:] == [[1536, 2 * 4224], [4224, 1536]]
+    assert head == [1536, 151936]
+    assert reads["kv_cache"] == 28 * 2 * 2 * 128 * (tokens + 400) * 256

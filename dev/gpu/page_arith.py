@@ -1,15 +1,22 @@
-"""Time the arithmetic of taking one page in, for a Qwen3.5-style family's shapes, on the GPU
-host's own torch (no vLLM): the vision tower's linear layers and its attention over every patch,
-the language model's prefill linear layers, and one decoding step's linear layers for 256
-sequences; the linear layers in bf16 and in FP8 (per-tensor scales), once with the activations
-quantized at each call in plain torch operations and once with the GEMMs alone (the floor a fused
-quantization approaches). Random weights: what it measures is time, not reading. It tells how
-much of a page's time is its arithmetic, and what FP8 could save, before a whole engine is tried:
+"""Time the arithmetic of one page on the GPU host's own torch (no vLLM), for a family's shapes
+read from its example config: taking the page in (the vision tower's linear layers and its
+attention over every patch, the language model's prefill linear layers) and writing its answer
+(a decoding step's linear layers for 256 sequences, the LM head among them, and the bytes such a
+step must read besides: the KV cache of the full-attention layers at vLLM's fp8, and the
+gated-delta-net layers' states, read and written). The linear layers run in bf16 and in FP8
+(per-tensor scales), once with the activations quantized at each call in plain torch operations
+and once with the GEMMs alone (the floor a fused quantization approaches). Random weights: what
+it measures is time, not reading. From those it gives `ceiling_pages_per_s`, the pace a GPU
+doing nothing but that arithmetic would reach: no engine reads faster, so a goal above it is
+out of reach at that page size, and the measured pace against it says how much the engine
+loses:
 
     python3 dev/gpu/page_arith.py examples/chandra-ocr-2.config.json --page 1632x2112
 
-Prints one JSON object. Left out: the language model's gated-delta-net recurrence, its attention
-cores, norms and the rest, which FP8 would not change.
+Prints one JSON object. Left out, so the ceiling stays above any engine's pace: norms, rotary
+embeddings, the gated-delta-net recurrence's arithmetic and its prefill, the attention cores of
+the prefill, sampling, and every step's launch from the CPU. Towers with windowed attention
+(Qwen2.5-VL's, olmOCR's) are refused: their attention is not one block over every patch.
 """
 
 from __future__ import annotations
@@ -24,10 +31,29 @@ import torch.nn.functional as F
 from sampler_bench import timed  # beside it in dev/gpu: the median of CUDA-event timings
 
 FP8 = torch.float8_e4m3fn
+#: the towers whose MLP is one linear layer, an activation and another (the others gate theirs)
+PLAIN_MLP_TOWERS = {"qwen3_5", "qwen3_vl"}
+#: vLLM's KV cache at the worker's default on a GPU of capability 8.9 or newer: one byte a value
+KV_BYTES = 1
+STATE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
 def shapes(config: dict) -> tuple[dict, dict]:
-    return config["vision_config"], config["text_config"]
+    """The vision tower's and the language model's shapes, in one spelling for every family:
+    a tower's `depth`, `num_heads`, `spatial_merge_size` and `gated` (its MLP), and a language
+    model's `head_dim` (a flat config, dots.mocr's, is its own language model)."""
+    vision = dict(config["vision_config"])
+    if "window_size" in vision or "fullatt_block_indexes" in vision:
+        raise SystemExit("a tower with windowed attention (Qwen2.5-VL's) is not timed here")
+    vision["depth"] = vision.get("depth") or vision["num_hidden_layers"]
+    vision["num_heads"] = vision.get("num_heads") or vision["num_attention_heads"]
+    vision["spatial_merge_size"] = (
+        vision.get("spatial_merge_size") or config.get("spatial_merge_size") or 1
+    )
+    vision["gated"] = vision.get("model_type") not in PLAIN_MLP_TOWERS
+    text = dict(config.get("text_config") or config)
+    text["head_dim"] = text.get("head_dim") or text["hidden_size"] // text["num_attention_heads"]
+    return vision, text
 
 
 def patches_and_tokens(vision: dict, width: int, height: int) -> tuple[int, int]:
@@ -38,14 +64,17 @@ def patches_and_tokens(vision: dict, width: int, height: int) -> tuple[int, int]
     return n, n // (merge * merge)
 
 
+def is_full_attention(text: dict, layer: int) -> bool:
+    return (layer + 1) % text.get("full_attention_interval", 1) == 0
+
+
 def text_linears(text: dict) -> list[tuple[int, int]]:
     """(in, out) of every prefill linear layer of the language model, layer by layer."""
     h, ff = text["hidden_size"], text["intermediate_size"]
     out: list[tuple[int, int]] = []
-    every = text.get("full_attention_interval", 1)
     for i in range(text["num_hidden_layers"]):
         out += [(h, 2 * ff), (ff, h)]  # the MLP's gate and up, then down
-        if (i + 1) % every == 0:  # a full-attention layer
+        if is_full_attention(text, i):
             q = text["num_attention_heads"] * text["head_dim"]
             kv = text["num_key_value_heads"] * text["head_dim"]
             gate = q if text.get("attn_output_gate") else 0
@@ -57,9 +86,34 @@ def text_linears(text: dict) -> list[tuple[int, int]]:
     return out
 
 
+def decode_linears(text: dict) -> list[tuple[int, int]]:
+    """A decoding step's linear layers: the prefill's, then the LM head over the vocabulary."""
+    return [*text_linears(text), (text["hidden_size"], text["vocab_size"])]
+
+
 def vision_linears(vision: dict) -> list[tuple[int, int]]:
     d, ff = vision["hidden_size"], vision["intermediate_size"]
-    return [(d, 3 * d), (d, d), (d, ff), (ff, d)] * vision["depth"]
+    mlp = [(d, 2 * ff), (ff, d)] if vision["gated"] else [(d, ff), (ff, d)]
+    return [(d, 3 * d), (d, d), *mlp] * vision["depth"]
+
+
+def decode_step_bytes(text: dict, context: int, seqs: int) -> dict[str, int]:
+    """What one decoding step of `seqs` sequences reads besides the weights, each `context`
+    tokens long: the full-attention layers' keys and values at vLLM's fp8, and the
+    gated-delta-net layers' states, each read and written once."""
+    layers = range(text["num_hidden_layers"])
+    full = sum(is_full_attention(text, i) for i in layers)
+    kv = full * 2 * text["num_key_value_heads"] * text["head_dim"] * context * KV_BYTES
+    state = 0
+    if full < len(layers):
+        per_layer = (
+            text["linear_num_value_heads"]
+            * text["linear_key_head_dim"]
+            * text["linear_value_head_dim"]
+            * STATE_BYTES[text.get("mamba_ssm_dtype", "bfloat16")]
+        )
+        state = (len(layers) - full) * per_layer * 2
+    return {"kv_cache": kv * seqs, "gdn_states": state * seqs}
 
 
 def linear_stack(
@@ -96,7 +150,7 @@ def linear_stack(
 
 
 def vision_attention(vision: dict, patches: int, device: str) -> Callable[[], None]:
-    """The tower's attention cores over every patch, layer by layer (SDPA: flash on a GPU)."""
+    """The tower's attention cores over every patch, layer by layer (SDPA's kernel as chosen)."""
     heads = vision["num_heads"]
     head_dim = vision["hidden_size"] // heads
     q, k, v = (
@@ -111,10 +165,42 @@ def vision_attention(vision: dict, patches: int, device: str) -> Callable[[], No
     return run
 
 
+def fastest_attention(vision: dict, patches: int, device: str, repeat: int) -> tuple[float, str]:
+    """The tower's attention time with the fastest kernel torch has here (flash, or cuDNN's,
+    which on Hopper is nearer the kernels vLLM's towers run), and which it was."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    run = vision_attention(vision, patches, device)
+    if device != "cuda":
+        return timed(run, repeat, device), "cpu"
+    times = {}
+    for name, backend in (
+        ("flash", SDPBackend.FLASH_ATTENTION),
+        ("cudnn", SDPBackend.CUDNN_ATTENTION),
+    ):
+        try:
+            with sdpa_kernel([backend]):
+                times[name] = timed(run, repeat, device)
+        except RuntimeError:  # a kernel this torch or GPU lacks
+            continue
+    best = min(times, key=times.get)
+    return times[best], best
+
+
+def read_gb_per_s(device: str, repeat: int) -> float:
+    """The GPU memory's read rate as a reduction over 4 GiB sees it (what a bandwidth-bound
+    decoding step can at best reach)."""
+    buf = torch.zeros(1 << 30, device=device, dtype=torch.float32)
+    ms = timed(buf.sum, repeat, device)
+    return buf.numel() * 4 / ms / 1e6
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("config", type=Path, help="a family's example config (examples/)")
     parser.add_argument("--page", default="1632x2112", help="the page's pixels, WxH")
+    parser.add_argument("--answer-tokens", type=int, default=800, help="tokens written a page")
+    parser.add_argument("--seqs", type=int, default=256, help="sequences a decoding step")
     parser.add_argument("--repeat", type=int, default=10)
     args = parser.parse_args()
     vision, text = shapes(json.loads(args.config.read_text()))
@@ -128,14 +214,16 @@ def main() -> None:
         "page": f"{width}x{height}",
         "patches": patches,
         "prompt_tokens": tokens,
+        "answer_tokens": args.answer_tokens,
+        "seqs": args.seqs,
         "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
         "torch": torch.__version__,
     }
     runs = {
         "vision_linear": (vision_linears(vision), -(-patches // 16) * 16),
         "text_linear": (text_linears(text), pad),
-        # one decoding step of MAX_NUM_SEQS sequences: a token each through the same layers
-        "decode_step_linear": (text_linears(text), 256),
+        # one decoding step of `seqs` sequences: a token each through the same layers and the head
+        "decode_step_linear": (decode_linears(text), args.seqs),
     }
     for name, (dims, rows) in runs.items():
         for kind in ("bf16", "fp8", "fp8_gemm") if fp8 else ("bf16",):
@@ -144,9 +232,23 @@ def main() -> None:
                 figures[f"{name}_{kind}_ms"] = round(timed(stack, args.repeat, device), 2)
             except RuntimeError as e:  # an FP8 GEMM this torch or GPU lacks: said, not fatal
                 figures[f"{name}_{kind}_error"] = str(e).splitlines()[0]
-    figures["vision_attention_ms"] = round(
-        timed(vision_attention(vision, patches, device), args.repeat, device), 2
+    attention_ms, figures["vision_attention_kernel"] = fastest_attention(
+        vision, patches, device, args.repeat
     )
+    figures["vision_attention_ms"] = round(attention_ms, 2)
+    # the decoding step's reads, at the answer's middle: its mean context over the answer
+    reads = decode_step_bytes(text, tokens + args.answer_tokens // 2, args.seqs)
+    rate = read_gb_per_s(device, args.repeat)
+    read_ms = sum(reads.values()) / rate / 1e6
+    figures |= {f"decode_step_{k}_gb": round(v / 1e9, 2) for k, v in reads.items()}
+    figures["read_gb_per_s"] = round(rate)
+    figures["decode_step_read_ms"] = round(read_ms, 2)
+    intake = attention_ms + sum(float(figures[f"{n}_linear_bf16_ms"]) for n in ("vision", "text"))
+    step = float(figures["decode_step_linear_bf16_ms"]) + read_ms
+    writing = step * args.answer_tokens / args.seqs
+    figures["intake_ms"] = round(intake, 1)
+    figures["writing_ms"] = round(writing, 1)
+    figures["ceiling_pages_per_s"] = round(1000 / (intake + writing), 2)
     print(json.dumps(figures))
 
 

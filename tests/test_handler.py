@@ -28,9 +28,12 @@ from vlm_ocr.pipeline.textsim import similarity
 from vlm_ocr_lab.standins.fakes import FakeEngine
 
 from .support import (
+    FAX,
     ROOT,
     b64,
     encrypted_pdf,
+    fax,
+    fax_with_a_huge_page,
     handler_env,
     make_settings,
     new_worker,
@@ -266,6 +269,9 @@ def test_the_one_shot_opens_a_document_as_the_worker_would(run, tmp_path: Path) 
         {"pdf": {"base64": b64(encrypted_pdf())}},
         {"pdf": {"base64": TWO_PAGES}, "pages": "5-9"},
         {"pdf": {"base64": b64(b"%PDF-1.7 truncated")}},
+        # a TIFF sent as the PDF: its pages counted as the PDF the job makes of them has them
+        {"pdf": {"base64": b64(fax(FAX))}, "pages": "5-9"},
+        {"pdf": {"base64": b64(fax_with_a_huge_page())}},
     ):
         out = io.StringIO()
         with pytest.raises(SystemExit):
@@ -278,8 +284,22 @@ def test_the_one_shot_opens_a_document_as_the_worker_would(run, tmp_path: Path) 
         {"pdf": {"base64": TWO_PAGES}, "pages": "2-9"},
         {"images": [{"base64": NOT_AN_IMAGE}, good]},
         {"pdf": {"url": "https://example.com/a.pdf"}},
+        {"pdf": {"base64": b64(fax(FAX))}, "pages": "2-9"},
     ):
         OneShot(io.StringIO(), {"input": job_input}).check(settings)
+
+
+def test_the_one_shot_opens_a_document_under_the_render_limits(tmp_path: Path) -> None:
+    # apart from the main process and within RENDER_TIMEOUT_S, as the job's render processes
+    # open it: no crafted file stalls the laptop's worker before its engine starts
+    out = io.StringIO()
+    with pytest.raises(SystemExit):
+        settings = make_settings(tmp_path, render_timeout_s=0.001)
+        OneShot(out, {"input": {"pdf": {"base64": TWO_PAGES}}}).check(settings)
+    error = json.loads(out.getvalue())["error"]
+    assert (
+        error.startswith("input.pdf.base64: rendering was stopped") and "RENDER_TIMEOUT_S" in error
+    )
 
 
 def test_a_failed_job_says_its_error_on_stderr_in_one_line(tmp_path: Path) -> None:

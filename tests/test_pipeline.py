@@ -17,8 +17,11 @@ from vlm_ocr.pipeline.textsim import similarity
 from vlm_ocr.settings import Settings
 
 from .support import (
+    FAX,
     b64,
     encrypted_pdf,
+    fax,
+    fax_with_a_huge_page,
     make_settings,
     new_worker,
     page_image,
@@ -253,17 +256,6 @@ def test_a_large_page_drawn_at_a_low_resolution_is_named_in_the_notes(
     assert images.pages[0].dpi is None and not [n for n in images.notes if "dpi" in n]
 
 
-def fax(lines: list[str]) -> bytes:
-    """A multi-page TIFF in Group 4, as a fax or a scanner's batch is, one line a page."""
-    frames = [page_image([line]).convert("1") for line in lines]
-    out = io.BytesIO()
-    frames[0].save(out, "TIFF", save_all=True, append_images=frames[1:], compression="group4")
-    return out.getvalue()
-
-
-FAX = ["Fax page one: the order.", "Fax page two: the terms.", "Fax page three: signed."]
-
-
 def test_a_multi_page_tiff_sent_as_pdf_is_read_page_by_page(run) -> None:
     result = run({"pdf": {"base64": b64(fax(FAX))}, "pages": "2-", "return_text": True})
     assert [(p.page, p.status) for p in result.pages] == [(2, "ok"), (3, "ok")]
@@ -284,10 +276,7 @@ def test_a_multi_page_tiff_among_images_reads_its_first_page_and_says_so(run) ->
 
 
 def test_a_tiff_sent_as_pdf_keeps_each_page_within_the_image_limit(run) -> None:
-    small, huge = Image.new("1", (1000, 1000), 1), Image.new("1", (12_000, 12_000), 1)
-    out = io.BytesIO()  # a few kB, 144 MP when its second page is decoded
-    small.save(out, "TIFF", save_all=True, append_images=[huge], compression="group4")
-    result = run({"pdf": {"base64": b64(out.getvalue())}})
+    result = run({"pdf": {"base64": b64(fax_with_a_huge_page())}})
     assert result.status == "failed" and result.error == (
         "input.pdf.base64: page 2 of the TIFF is 12000×12000 = 144 MP, over the 50 MP limit "
         "(MAX_IMAGE_PIXELS)"

@@ -99,6 +99,25 @@ def page_image(paragraphs: list[str]) -> Image.Image:
     return Image.frombytes("RGB", (pix.width, pix.height), pix.samples)
 
 
+def fax(lines: list[str]) -> bytes:
+    """A multi-page TIFF in Group 4, as a fax or a scanner's batch is, one line a page."""
+    frames = [page_image([line]).convert("1") for line in lines]
+    out = io.BytesIO()
+    frames[0].save(out, "TIFF", save_all=True, append_images=frames[1:], compression="group4")
+    return out.getvalue()
+
+
+FAX = ["Fax page one: the order.", "Fax page two: the terms.", "Fax page three: signed."]
+
+
+def fax_with_a_huge_page() -> bytes:
+    """A few kB of TIFF whose second page is 144 MP once decoded."""
+    small, huge = Image.new("1", (1000, 1000), 1), Image.new("1", (12_000, 12_000), 1)
+    out = io.BytesIO()
+    small.save(out, "TIFF", save_all=True, append_images=[huge], compression="group4")
+    return out.getvalue()
+
+
 def write_pdf(path: Path, pages: int, first: int = 1, lines: int = 2) -> Path:
     """A PDF of `numbered_pages` at `path` (its folders made): each page's text its own."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -32,6 +32,7 @@ from ..errors import InputError, InputErrors, PageError
 from ..pipeline import render
 from ..pipeline.fetch import url_target
 from ..pipeline.job_files import NO_BUCKET, decode_base64
+from ..pipeline.rendering import apart
 from ..pipeline.sources import select_pages
 from ..settings import Settings
 from .sdk_log import quiet_sdk
@@ -130,18 +131,24 @@ def check_sources(job: JobInput, settings: Settings) -> None:
 
 
 def check_inline_pdf(job: JobInput, data: str, settings: Settings) -> None:
-    """The PDF sent inline opened as the job opens it (a TIFF made a PDF of its pages), and its
-    pages selected as the job selects them, or InputError in the job's own words."""
+    """The PDF sent inline opened as the job opens it (a TIFF's pages counted, as the PDF the
+    job makes of them would have them), in a render process under its limits, and its pages
+    selected as the job selects them, or InputError in the job's own words."""
     where = "input.pdf.base64"
     with tempfile.TemporaryDirectory(prefix="vlm-ocr-check-") as folder:
         path = Path(folder) / "input"
         path.write_bytes(decode_base64(data, where, settings.fetch.max_download_bytes))
         try:
-            info = render.open_document(str(path), settings.render.max_image_pixels)
+            count = apart(
+                render.document_pages,
+                str(path),
+                settings.render.max_image_pixels,
+                settings=settings.render,
+            )
         except PageError as exc:
             raise InputError(where, exc.message) from None
     # A selection reaching past the end is the job's to note; one of no page is refused here.
-    select_pages(job.pages, info.page_count, settings.job.max_pages_per_job)
+    select_pages(job.pages, count, settings.job.max_pages_per_job)
 
 
 def _unreadable_image(src: Source, where: str, settings: Settings) -> InputError | None:

@@ -21,6 +21,22 @@ T = TypeVar("T")
 Ready = Callable[[], None] | None
 
 
+def apart(fn: Callable[..., T], *args: object, settings: RenderSettings) -> T:
+    """fn(*args) in a render process of its own, under RENDER_TIMEOUT_S and the render
+    processes' memory limit: for a look at a job's file before the worker (and its pool) has
+    started, so that no crafted file stalls or swells the main process. PageError as there."""
+
+    async def run() -> T:
+        pool = CpuPool(1, memory_limit_mb=settings.render_memory_mb)
+        await pool.start()
+        try:
+            return await Rendering(pool, settings)._call(fn, *args)
+        finally:
+            await pool.close()
+
+    return asyncio.run(run())
+
+
 class Rendering:
     """The worker's way to turn files into pages: the CPU pool, a deadline per page, and a
     budget of source pixels decoded at once (a 50 MP image takes 200 MB while it decodes)."""

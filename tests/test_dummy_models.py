@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -293,3 +294,33 @@ def test_the_page_arithmetic_bench_reads_pixtral_and_dots_shapes() -> None:
     assert vision_layers == 42 * 4 and first[2:] == [[1536, 2 * 4224], [4224, 1536]]
     assert head == [1536, 151936]
     assert reads["kv_cache"] == 28 * 2 * 2 * 128 * (tokens + 400) * 256
+
+
+def test_the_page_arithmetic_counted_at_a_datasheet_needs_no_torch() -> None:
+    # `--spec`: the same arithmetic counted, no GPU and no torch (this interpreter has neither)
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "dev/gpu/page_arith.py"),
+            str(ROOT / "examples/lightonocr-2-1b.config.json"),
+            "--page",
+            "1190x1540",
+            "--spec",
+            "H200",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    row = json.loads(out.stdout)
+    patches, tokens = 84 * 110, 84 * 110 // 4
+    assert (row["patches"], row["prompt_tokens"]) == (patches, tokens)
+    # the tower's attention: QKᵀ and PV over every patch, 24 layers of 1,024 wide
+    assert row["vision_attention_tflop"] == round(4 * patches**2 * 1024 * 24 / 1e12, 2)
+    kv = 28 * 2 * 8 * 128 * (tokens + 400) * 256  # fp8 keys and values of 256 sequences
+    assert row["decode_step_kv_cache_gb"] == round(kv / 1e9, 2)
+    intake = row["vision_linear_tflop"] + row["vision_attention_tflop"] + row["text_linear_tflop"]
+    assert abs(row["spec_intake_ms"] - intake / 989 * 1000) < 0.5
+    ceiling = 1000 / (row["spec_intake_ms"] + row["spec_writing_ms"])
+    assert abs(row["spec_ceiling_pages_per_s"] - ceiling) < 0.05

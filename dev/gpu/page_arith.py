@@ -13,6 +13,11 @@ loses:
 
     python3 dev/gpu/page_arith.py examples/chandra-ocr-2.config.json --page 1632x2112
 
+With `--spec GPU` it times nothing and needs neither a GPU nor torch: it counts the same
+arithmetic (the floating-point operations of the intake, the bytes and operations of a decoding
+step) and gives `spec_ceiling_pages_per_s` at the GPU's datasheet rates (`SPEC`), a ceiling no
+kernel reaches, to weigh a goal before a lease.
+
 Prints one JSON object. Left out, so the ceiling stays above any engine's pace: norms, rotary
 embeddings, the gated-delta-net recurrence's arithmetic and its prefill, the attention cores of
 the prefill, sampling, and every step's launch from the CPU. Towers with windowed attention
@@ -26,11 +31,16 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-import torch
-import torch.nn.functional as F
-from sampler_bench import timed  # beside it in dev/gpu: the median of CUDA-event timings
+try:
+    import torch
+    import torch.nn.functional as F
+    from sampler_bench import timed  # beside it in dev/gpu: the median of CUDA-event timings
+except ImportError:  # `--spec` counts without torch
+    torch = None
 
-FP8 = torch.float8_e4m3fn
+#: datasheet rates, dense BF16 tensor TFLOPS and memory TB/s (NVIDIA's H100 SXM and H200 SXM
+#: sheets): what no kernel exceeds
+SPEC = {"H100": (989.0, 3.35), "H200": (989.0, 4.8)}
 #: the towers whose MLP is one linear layer, an activation and another (the others gate theirs)
 PLAIN_MLP_TOWERS = {"qwen3_5", "qwen3_vl"}
 #: vLLM's KV cache at the worker's default on a GPU of capability 8.9 or newer: one byte a value
@@ -122,7 +132,7 @@ def linear_stack(
     """The layers' GEMMs on a (tokens × in) input each; with `fp8`, weights and the input in
     FP8 with per-tensor scales (the input's found and applied at each call, in plain torch
     operations, unless `gemm_only`)."""
-    dtype = torch.bfloat16
+    dtype, fp8_type = torch.bfloat16, torch.float8_e4m3fn
     weights = {d: torch.randn(d[1], d[0], device=device, dtype=dtype) / d[0] ** 0.5 for d in dims}
     inputs = {k: torch.randn(tokens, k, device=device, dtype=dtype) for k, _ in dims}
     if not fp8:
@@ -133,8 +143,8 @@ def linear_stack(
 
         return run_bf16
     one = torch.ones((), device=device)
-    qweights = {d: (w / w.abs().max() * 448).to(FP8) for d, w in weights.items()}
-    quantized = {k: (a / (a.abs().max().float() / 448)).to(FP8) for k, a in inputs.items()}
+    qweights = {d: (w / w.abs().max() * 448).to(fp8_type) for d, w in weights.items()}
+    quantized = {k: (a / (a.abs().max().float() / 448)).to(fp8_type) for k, a in inputs.items()}
 
     def run() -> None:
         for k, n in dims:
@@ -143,7 +153,7 @@ def linear_stack(
             else:
                 a = inputs[k]
                 scale = a.abs().max().float() / 448
-                qa = (a / scale).to(FP8)
+                qa = (a / scale).to(fp8_type)
             torch._scaled_mm(qa, qweights[(k, n)].t(), scale_a=scale, scale_b=one, out_dtype=dtype)
 
     return run
@@ -195,6 +205,41 @@ def read_gb_per_s(device: str, repeat: int) -> float:
     return buf.numel() * 4 / ms / 1e6
 
 
+def gemm_flops(dims: list[tuple[int, int]], rows: int) -> int:
+    return 2 * rows * sum(k * n for k, n in dims)
+
+
+def at_spec(
+    vision: dict, text: dict, patches: int, tokens: int, answer: int, seqs: int, gpu: str
+) -> dict[str, object]:
+    """The page's arithmetic counted, and the pace it allows at the GPU's datasheet rates: the
+    intake's operations at its peak, a decoding step at the slower of its operations and its
+    bytes (the weights in bf16, once a step; the keys, values and states as
+    `decode_step_bytes`)."""
+    tflops, tb_s = SPEC[gpu]
+    vision_flops = gemm_flops(vision_linears(vision), patches)
+    attention_flops = 4 * patches * patches * vision["hidden_size"] * vision["depth"]
+    prefill_flops = gemm_flops(text_linears(text), tokens)
+    intake_ms = (vision_flops + attention_flops + prefill_flops) / tflops / 1e9
+    head = decode_linears(text)
+    weights = 2 * sum(k * n for k, n in head)
+    reads = decode_step_bytes(text, tokens + answer // 2, seqs)
+    step_ms = max(gemm_flops(head, seqs) / tflops / 1e9, weights / tb_s / 1e9)
+    step_ms += sum(reads.values()) / tb_s / 1e9
+    writing_ms = step_ms * answer / seqs
+    return {
+        "spec": f"{gpu}: {tflops:g} TFLOPS, {tb_s:g} TB/s",
+        "vision_linear_tflop": round(vision_flops / 1e12, 2),
+        "vision_attention_tflop": round(attention_flops / 1e12, 2),
+        "text_linear_tflop": round(prefill_flops / 1e12, 2),
+        "decode_step_weights_gb": round(weights / 1e9, 2),
+        **{f"decode_step_{k}_gb": round(v / 1e9, 2) for k, v in reads.items()},
+        "spec_intake_ms": round(intake_ms, 1),
+        "spec_writing_ms": round(writing_ms, 1),
+        "spec_ceiling_pages_per_s": round(1000 / (intake_ms + writing_ms), 2),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("config", type=Path, help="a family's example config (examples/)")
@@ -202,10 +247,16 @@ def main() -> None:
     parser.add_argument("--answer-tokens", type=int, default=800, help="tokens written a page")
     parser.add_argument("--seqs", type=int, default=256, help="sequences a decoding step")
     parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--spec", choices=sorted(SPEC), help="count at a GPU's datasheet rates")
     args = parser.parse_args()
     vision, text = shapes(json.loads(args.config.read_text()))
     width, height = (int(x) for x in args.page.lower().split("x"))
     patches, tokens = patches_and_tokens(vision, width, height)
+    if args.spec:
+        counted = at_spec(vision, text, patches, tokens, args.answer_tokens, args.seqs, args.spec)
+        head = {"config": args.config.name, "page": f"{width}x{height}", "patches": patches}
+        print(json.dumps(head | {"prompt_tokens": tokens} | counted))
+        return
     device = "cuda" if torch.cuda.is_available() else "cpu"
     fp8 = device == "cuda" and torch.cuda.get_device_capability() >= (8, 9)
     pad = -(-tokens // 16) * 16  # FP8 GEMMs want dimensions in sixteens

@@ -124,12 +124,12 @@ def open_header(path: str | Path, max_pixels: int) -> Image.Image:
 def check_pages(image: Image.Image, max_pixels: int) -> int:
     """Each page of an opened TIFF held to the limit as its first is (its size read from its
     directory, no pixels); returns its pages."""
-    if image.format != "TIFF":
-        return 1
-    sizes = tiff_sizes(image.filename) if image.filename else []
+    if image.format != "TIFF" or not image.filename:
+        return tiff_pages(image)
+    sizes = tiff_sizes(image.filename)
     for n, (width, height) in enumerate(sizes[1:], 2):
         _hold_to(width, height, max_pixels, f"page {n} of the TIFF")
-    return len(sizes) or tiff_pages(image)
+    return len(sizes) or 1  # a chain Pillow opened but this cannot walk: its first page
 
 
 def _hold_to(width: int, height: int, max_pixels: int, which: str) -> None:

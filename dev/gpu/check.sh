@@ -13,6 +13,9 @@
 # Here, the plan alone with each run's estimate (nothing runs):
 #   DRY_RUN=1 bash dev/gpu/check.sh 560 lighton-ocr olmocr olmocr:warm
 # SAMPLER_BENCH=1 first times vLLM's top-p filter alone (dev/gpu/sampler_bench.py, sampler.txt).
+# PAGE_ARITH=1 first times each family's page arithmetic alone on the host's own torch
+# (dev/gpu/page_arith.py, PAGE_ARITH_PAGES's configs and pages; about a minute): page-arith.jsonl,
+# rows to append to benchmarks/page_arith.jsonl.
 # A target's PYSPY_HZ=N samples its run with py-spy (dev/gpu/pyspy_summary.py reads it); its
 # ENGINES_ON_GPU=N runs N benches whose engines share the GPU (their rows: shared-rows.jsonl); its
 # DIRECT_FIRST=1 runs the direct path before the worker's pass (a first busy minute told apart).
@@ -27,6 +30,7 @@
 #                       gauges every 10 s (dev/gpu/metrics.py), the plan; rewritten after each run
 #   summary.txt         one line a run (also printed)
 #   shared-rows.jsonl   the rows of ENGINES_ON_GPU runs, one an engine: kept out of the data
+#   page-arith.jsonl    with PAGE_ARITH=1: one row a config
 set -u
 budget=${1:?usage: check.sh BUDGET_S TARGET[:warm][,VAR=VALUE...]...}
 shift
@@ -161,6 +165,19 @@ cat "$logs/plan.txt"
 if [ "${SAMPLER_BENCH:-0}" = 1 ]; then  # vLLM's top-p filter alone, before the runs (about 1 min)
   timeout 240 "$A/vllm-python" dev/gpu/sampler_bench.py > "$logs/sampler.txt" 2>&1
   say "sampler bench: exit $?, $(grep -c '^batch' "$logs/sampler.txt") cases (sampler.txt)"
+  pack
+fi
+# the pages the GPU check's benches send each family (a letter page at the family's sizing)
+page_arith_pages=${PAGE_ARITH_PAGES:-lightonocr-2-1b:1190x1540 dots.ocr:1700x2200 \
+chandra-ocr-2:1632x2112 lightonocr-3-0.8b:1583x2048 lightonocr-3-4b:1583x2048}
+if [ "${PAGE_ARITH:-0}" = 1 ]; then  # the host's own python3 and torch: no bundle needed
+  for cp in $page_arith_pages; do
+    timeout 90 env -u PYTHONPATH python3 dev/gpu/page_arith.py "examples/${cp%%:*}.config.json" \
+      --page "${cp##*:}" --repeat 5 --commit "${COMMIT:-unknown}" \
+      >> "$out/page-arith.jsonl" 2>> "$logs/page-arith.txt"
+  done
+  timed=$(cat "$out/page-arith.jsonl" 2> /dev/null | wc -l)
+  say "page arithmetic: $timed of $(wc -w <<< "$page_arith_pages") configs (page-arith.jsonl)"
   pack
 fi
 starts=$(cat $work/starts 2> /dev/null || echo 0)

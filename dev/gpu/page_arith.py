@@ -27,6 +27,7 @@ the prefill, sampling, and every step's launch from the CPU. Towers with windowe
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -248,6 +249,7 @@ def main() -> None:
     parser.add_argument("--seqs", type=int, default=256, help="sequences a decoding step")
     parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--spec", choices=sorted(SPEC), help="count at a GPU's datasheet rates")
+    parser.add_argument("--commit", help="the project's commit, kept in the timed row")
     args = parser.parse_args()
     vision, text = shapes(json.loads(args.config.read_text()))
     width, height = (int(x) for x in args.page.lower().split("x"))
@@ -257,10 +259,14 @@ def main() -> None:
         head = {"config": args.config.name, "page": f"{width}x{height}", "patches": patches}
         print(json.dumps(head | {"prompt_tokens": tokens} | counted))
         return
+    if torch is None:
+        raise SystemExit("timing needs torch (count without it: --spec)")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     fp8 = device == "cuda" and torch.cuda.get_device_capability() >= (8, 9)
     pad = -(-tokens // 16) * 16  # FP8 GEMMs want dimensions in sixteens
     figures: dict[str, object] = {
+        "date": datetime.date.today().isoformat(),
+        "commit": args.commit,
         "config": args.config.name,
         "page": f"{width}x{height}",
         "patches": patches,

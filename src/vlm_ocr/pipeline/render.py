@@ -87,6 +87,11 @@ def document_pages(path: str, max_image_pixels: int) -> int:
     with open(path, "rb") as fh:
         if not is_tiff(fh.read(4)):
             return inspect_pdf(path).page_count
+    return _tiff_pages_held(path, max_image_pixels)
+
+
+def _tiff_pages_held(path: str, max_image_pixels: int) -> int:
+    """A TIFF's pages from its headers (no page decoded), each held to MAX_IMAGE_PIXELS."""
     try:
         with open_header(path, max_image_pixels) as img:
             return check_pages(img, max_image_pixels)
@@ -113,11 +118,7 @@ def inspect_pdf(path: str) -> PdfInfo:
 
 
 def _tiff_as_pdf(path: str, max_image_pixels: int) -> None:
-    try:
-        with open_header(path, max_image_pixels) as img:  # its headers: no page decoded yet
-            check_pages(img, max_image_pixels)
-    except RefusedImage as exc:
-        raise PageError("open", str(exc)) from None
+    _tiff_pages_held(path, max_image_pixels)
     try:
         with pymupdf.open(path, filetype="tiff") as tiff:
             data = tiff.convert_to_pdf()

@@ -324,3 +324,30 @@ def test_the_page_arithmetic_counted_at_a_datasheet_needs_no_torch() -> None:
     assert abs(row["spec_intake_ms"] - intake / 989 * 1000) < 0.5
     ceiling = 1000 / (row["spec_intake_ms"] + row["spec_writing_ms"])
     assert abs(row["spec_ceiling_pages_per_s"] - ceiling) < 0.05
+
+
+@pytest.mark.parametrize("checkpoint", ["lightonocr-3-0.8b", "lightonocr-2-1b"])
+def test_the_detokenizer_bench_times_each_kind_of_answer(checkpoint: str, tmp_path: Path) -> None:
+    # dev/gpu/detokenize_cost.py on a stand-in folder: its page's image token found by name
+    # (Qwen's and Pixtral's), and the answers that decode to nothing timed beside text
+    folder = tmp_path / checkpoint
+    assert generate(checkpoint, folder).returncode == 0
+    script = ROOT / "dev/gpu/detokenize_cost.py"
+    out = subprocess.run(
+        [str(engine_python()), str(script), str(folder), "--image-tokens", "64", "--answer", "40"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    head, *rows = out.stdout.strip().splitlines()
+    prompt = int(head.split("a prompt of ")[1].split()[0])
+    assert 64 < prompt < 64 + 200 and head.endswith("answers of 40")
+    timed = dict(row.strip().rsplit(": ", 1) for row in rows)
+    assert list(timed) == [
+        "text, as written",
+        "one text token, repeated",
+        "one skipped special token, repeated",
+        "an id past the tokenizer, repeated",  # both configs' vocabularies outsize the tokenizer
+    ]
+    assert all(float(v.removesuffix(" CPU-ms a token")) >= 0 for v in timed.values())

@@ -183,3 +183,14 @@ def test_a_row_names_the_sampler_the_engine_chose() -> None:
     details = record._details(run, {"sampler": "FlashInfer"}, args, {})
     assert details["sampler"] == "FlashInfer"
     assert "sampler" not in record._details(run, {}, args, {})
+
+
+def test_answers_without_text_are_summed_over_the_passes_and_the_direct_path() -> None:
+    # the row says how many answers came back empty (a stand-in's degenerate answers), or nothing
+    fig = {
+        "earlier_passes": [{"timeline": {"answers_without_text": 1}}],
+        "timeline": {"answers_without_text": 3},
+        "direct": {"timeline": {"answers_without_text": 2}},
+    }
+    assert record.answers_without_text(fig) == 6
+    assert record.answers_without_text({"timeline": {}, "direct": {"skipped": "no server"}}) == 0

@@ -43,6 +43,7 @@ def test_the_timeline_records_every_request_and_gives_the_engine_back() -> None:
         "peak_in_flight",
         "peak_from_s",
         "peak_until_s",
+        "answers_without_text",
     }
     # Four requests at once, never more: on average between none and four in flight.
     assert 0 < figures["mean_in_flight"] <= 4 and figures["peak_in_flight"] == 4
@@ -152,3 +153,29 @@ def test_the_first_page_gives_a_line_at_once_and_then_one_a_period(capsys) -> No
 
     out = asyncio.run(run())
     assert out.startswith("progress, worker pass 1: 1 of 3 pages at ") and out.count("\n") == 1
+
+
+def test_answers_without_text_are_counted_and_said() -> None:
+    # a stand-in's greedy answers can be one skipped token over and over: text "", the pace then
+    # the API servers' (the row and the report say so)
+    class Answer:
+        def __init__(self, text: str) -> None:
+            self.text = text
+
+    class Stand:
+        async def ask(self, page: int) -> Answer:
+            return Answer("" if page % 2 else "t12 t12")
+
+    engine = Stand()
+
+    async def run() -> Timeline:
+        timeline = Timeline(engine)
+        try:
+            await asyncio.gather(*(engine.ask(n) for n in range(5)))
+        finally:
+            timeline.close()
+        return timeline
+
+    timeline = asyncio.run(run())
+    assert timeline.ok == 5 and timeline.without_text == 2
+    assert timeline.figures(time.perf_counter())["answers_without_text"] == 2

@@ -290,6 +290,9 @@ def test_the_summary_adds_up_engines_that_shared_the_gpu() -> None:
     assert gpu_check.summary([run(pages_per_s=None)], together=True).endswith(
         "no pace (an engine gave none)"
     )
+    # answers that came back empty (a stand-in's greedy answers) are said beside the pace
+    textless = run(pages_per_s=7.0, answers_without_text=960)
+    assert gpu_check.summary([textless]).endswith("pages/s 7, 960 answers without text")
 
 
 @pytest.mark.parametrize(

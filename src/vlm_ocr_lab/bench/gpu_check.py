@@ -351,6 +351,8 @@ def summary(rows: list[measured.Run], together: bool = False) -> str:
         if r.direct_pages_per_s:
             pace += f" / direct {r.direct_pages_per_s:g}"
         failed = f", {r.failed} of {r.pages} failed" if r.failed else ""
+        if textless := r.extra.get("answers_without_text"):  # a stand-in's: see the bench
+            failed += f", {textless} answers without text"
         ready = (
             "did not start" if r.engine_ready_s is None else f"engine ready {r.engine_ready_s:g} s"
         )

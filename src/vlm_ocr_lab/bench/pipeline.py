@@ -262,6 +262,11 @@ class Timeline:
         self.sent = 0
         self.failures: Counter[str] = Counter()
         self.ok = 0  # requests answered
+        # Answers that decode to no text: a stand-in model's greedy answers can repeat a token
+        # the API server skips, and each such token makes its detokenizer decode again from the
+        # prompt's last text (dev/gpu/detokenize_cost.py), so its CPU, not the engine, may hold
+        # the pace; a trained model writes text.
+        self.without_text = 0
         self.t0 = time.perf_counter()
         self._engine, self._ask = engine, getattr(engine, "ask", None)
         if self._ask is not None:
@@ -278,6 +283,9 @@ class Timeline:
         finally:  # a request cancelled by a cut run was in flight too
             self.spans.append((sent, time.perf_counter()))
         self.ok += 1
+        text = getattr(answer, "text", None)
+        if isinstance(text, str) and not text.strip():
+            self.without_text += 1
         return answer
 
     def in_flight(self) -> int | None:
@@ -313,6 +321,7 @@ class Timeline:
             "peak_in_flight": peak,
             "peak_from_s": full_from - self.t0,
             "peak_until_s": full_until - self.t0,
+            "answers_without_text": self.without_text,
         }
 
 

@@ -239,7 +239,15 @@ def _details(run: Any, facts: dict[str, Any], args: Any, bench: dict[str, str]) 
         out["direct_skipped"] = direct["skipped"]
     if direct.get("first"):  # the direct path took the engine's first busy minute, not the worker
         out["direct_first"] = True
+    if textless := answers_without_text(fig):
+        out["answers_without_text"] = textless
     return {k: v for k, v in out.items() if v not in (None, {}, "")}
+
+
+def answers_without_text(fig: dict[str, Any]) -> int:
+    """Answers of the worker's passes and the direct path that came back with no text."""
+    runs = [*passes_of(fig), fig.get("direct") or {}]
+    return sum((r.get("timeline") or {}).get("answers_without_text", 0) for r in runs)
 
 
 def append(path: Path, data: dict[str, Any]) -> str:

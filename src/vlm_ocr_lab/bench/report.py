@@ -223,3 +223,9 @@ def print_timeline(name: str, figures: dict[str, Any]) -> None:
             f"{t['mean_in_flight']:.1f} on average, {t['peak_in_flight']} at most "
             f"from {t['peak_from_s']:.2f} s to {t['peak_until_s']:.2f} s"
         )
+        if textless := t.get("answers_without_text"):
+            print(
+                f"{name}: {textless} answers came back with no text (a stand-in model's "
+                "degenerate answers: the API servers' detokenizer, not the engine, may have held "
+                "the pace; dev/gpu/detokenize_cost.py)"
+            )

@@ -332,6 +332,12 @@ def test_the_detokenizer_bench_times_each_kind_of_answer(checkpoint: str, tmp_pa
     # (Qwen's and Pixtral's), and the answers that decode to nothing timed beside text
     folder = tmp_path / checkpoint
     assert generate(checkpoint, folder).returncode == 0
+    # the stand-in's tokenizer has a word for every id of the model's vocabulary; a real one
+    # stops short of the embedding's rows (Qwen3.5's by some 240): make this one so
+    config = json.loads((folder / "config.json").read_text())
+    text = config.get("text_config") or config
+    text["vocab_size"] += 64
+    (folder / "config.json").write_text(json.dumps(config))
     script = ROOT / "dev/gpu/detokenize_cost.py"
     out = subprocess.run(
         [str(engine_python()), str(script), str(folder), "--image-tokens", "64", "--answer", "40"],
@@ -348,6 +354,34 @@ def test_the_detokenizer_bench_times_each_kind_of_answer(checkpoint: str, tmp_pa
         "text, as written",
         "one text token, repeated",
         "one skipped special token, repeated",
-        "an id past the tokenizer, repeated",  # both configs' vocabularies outsize the tokenizer
+        "an id past the tokenizer, repeated",
     ]
     assert all(float(v.removesuffix(" CPU-ms a token")) >= 0 for v in timed.values())
+
+
+def test_every_id_of_a_stand_ins_vocabulary_decodes_to_text_but_its_special_tokens(
+    tmp_path: Path,
+) -> None:
+    # a stand-in's random weights may write any id: each one but the special tokens is a word
+    assert generate("lightonocr-3-0.8b", tmp_path).returncode == 0
+    vocab_size = json.loads((tmp_path / "config.json").read_text())["text_config"]["vocab_size"]
+    probe = (
+        "import json, sys\n"
+        "from tokenizers import Tokenizer\n"
+        "tok = Tokenizer.from_file(sys.argv[1])\n"
+        "special = {i for i, a in tok.get_added_tokens_decoder().items() if a.special}\n"
+        "size = tok.get_vocab_size(with_added_tokens=True)\n"
+        "silent = [i for i in range(size) if i not in special\n"
+        "          and not tok.decode([i], skip_special_tokens=True).strip()]\n"
+        "print(json.dumps({'size': size, 'special': len(special), 'silent': silent}))\n"
+    )
+    out = subprocess.run(
+        [str(engine_python()), "-c", probe, str(tmp_path / "tokenizer.json")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    facts = json.loads(out.stdout)
+    assert facts["size"] == vocab_size and 0 < facts["special"] < 100
+    assert facts["silent"] == []

@@ -19,6 +19,8 @@ of model needs to load (by its `model_type`):
 The tokenizer is a word-level stand-in with the real vocabulary size and the real ids of the
 special tokens the processor and the chat template use, so pages expand into image tokens exactly
 as for the real model; speed, memory and start-up are the real architecture's, the text noise.
+Every other id is a word, so an answer decodes to text as a trained model's does, unless the
+random weights write a special token (the bench counts such answers: `answers_without_text`).
 Nothing is downloaded. Needs `tokenizers` (the GPU host's torch environment has it).
 """
 
@@ -191,8 +193,12 @@ def tokenizer(out: Path, vocab_size: int, kind: Kind) -> None:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
     special = kind.special
-    regular = min(special.values())  # the ids below the first special token
-    vocab = {"<unk>": 0} | {f"t{i}": i for i in range(1, regular)} | special
+    # Every other id of the model's vocabulary a word, those past the real tokenizer's too: a
+    # stand-in's random weights may write any id, and one that decodes to no text makes vLLM's
+    # API server decode again from the prompt's last text at each step (detokenize_cost.py)
+    taken = set(special.values())
+    words = {f"t{i}": i for i in range(1, vocab_size) if i not in taken}
+    vocab = {"<unk>": 0} | words | special
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tok.decoder = decoders.WordPiece(prefix="##")

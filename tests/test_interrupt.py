@@ -18,7 +18,7 @@ import pytest
 from vlm_ocr.entry.runtime import WorkerLoop
 from vlm_ocr.pipeline.cpu_pool import CpuPool, TaskFailed
 
-from .support import ROOT, SPARE_LIMITS, b64, handler_env, write_pdf
+from .support import ROOT, SPARE_LIMITS, b64, foreground, handler_env, write_pdf
 
 TASK_S = SPARE_LIMITS["render_timeout_s"]
 #: the one line an interrupted handler ends with: after its SIGINT handler is set, or before
@@ -79,7 +79,7 @@ def interrupt_at(marker: str, job: dict, tmp_path: Path) -> tuple[int, str, list
     group (as a terminal's Ctrl-C does) once stderr has a line with `marker`, and return the
     exit status, stdout and the stderr lines after the marker's."""
     proc = subprocess.Popen(
-        [sys.executable, "handler.py", "--test_input", json.dumps(job)],
+        foreground([sys.executable, "handler.py", "--test_input", json.dumps(job)]),
         cwd=ROOT,
         env=handler_env(tmp_path),
         stdout=subprocess.PIPE,

@@ -29,6 +29,7 @@ from vlm_ocr_lab.standins.local_endpoint import worker_environ
 from .support import (
     SPARE_LIMITS_ENV,
     TEST_PIXELS,
+    foreground,
     free_port,
     make_settings,
     page_image,
@@ -282,7 +283,7 @@ def test_ctrl_c_stops_in_one_line_and_the_same_command_goes_on(tmp_path: Path) -
     write_pdf(tmp_path / "long.pdf", 8)
     command = [sys.executable, "-m", "vlm_ocr", "run", "long.pdf", "--out", "results"]
     proc = subprocess.Popen(
-        [*command, "--progress-every", "0"],
+        foreground([*command, "--progress-every", "0"]),
         cwd=tmp_path,
         env=worker_environ(MAX_PIXELS=str(TEST_PIXELS)),
         stdout=subprocess.PIPE,

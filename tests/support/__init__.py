@@ -13,6 +13,7 @@ import json
 import os
 import struct
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -151,6 +152,23 @@ def run_sixteen_jobs(
         for page, truth in zip(result.pages, docs[j], strict=True):
             text = read(page.key or "")
             assert similarity(text, samples.page_text(truth)) >= 0.9, (j, text)
+
+
+# Run by the interpreter before it execs the command: SIGINT at its default and let through, as
+# a terminal starts a foreground command. An ignored SIGINT outlives exec, and a suite started in
+# the background of a non-interactive shell (`make test &` in a script) has it ignored: a handler
+# started from it heard no Ctrl-C until its own handler was set.
+_FOREGROUND = (
+    "import os, signal, sys; "
+    "signal.signal(signal.SIGINT, signal.SIG_DFL); "
+    "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT}); "
+    "os.execv(sys.argv[1], sys.argv[1:])"
+)
+
+
+def foreground(argv: list[str]) -> list[str]:
+    """`argv` (its program a path) started as a terminal's Ctrl-C finds a command: Popen it."""
+    return [sys.executable, "-c", _FOREGROUND, *argv]
 
 
 def handler_env(tmp_path: Path, **extra: str) -> dict[str, str]:

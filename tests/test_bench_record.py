@@ -179,7 +179,7 @@ def test_the_gpu_is_named_without_its_memory() -> None:
 
 def test_a_row_names_the_sampler_the_engine_chose() -> None:
     run = SimpleNamespace(figures={}, start_error=None)
-    args = SimpleNamespace(output_tokens=800, jobs=1, time_limit=0)
+    args = SimpleNamespace(output_tokens=800, greedy_temperature=None, jobs=1, time_limit=0)
     details = record._details(run, {"sampler": "FlashInfer"}, args, {})
     assert details["sampler"] == "FlashInfer"
     assert "sampler" not in record._details(run, {}, args, {})

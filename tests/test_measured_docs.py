@@ -8,8 +8,9 @@ import re
 
 import pytest
 
+from vlm_ocr.engines.families import FAMILIES
 from vlm_ocr_lab import measured
-from vlm_ocr_lab.docs import generated, measured_docs
+from vlm_ocr_lab.docs import family_table, generated, measured_docs
 
 from .support import ROOT
 
@@ -90,3 +91,24 @@ def test_the_tables_read_rows_as_the_reader_gives_them() -> None:
     # a run with settings of its own is not the model's figure at its defaults
     assert len(measured_docs.limits_table(rows).splitlines()) == 2
     assert len(measured_docs.start_summary_table(rows).splitlines()) == 2
+
+
+def test_a_pace_whose_answers_had_no_text_says_so() -> None:
+    # a stand-in's greedy answers repeat a token that decodes to no text: the pace is shown with
+    # the count beside it, wherever it is shown, and a row without such answers reads as before
+    line = (
+        '{"date": "2026-12-06", "commit": "abc1234", "gpu": "NVIDIA H200", "vllm": "0.32.0", '
+        '"transformers": "5.19.0", "family": "chandra", "model": "datalab-to/chandra-ocr-2", '
+        '"overrides": {}, "start": "fresh", "engine_ready_s": 50.0, "phases": {}, '
+        '"pages": 512, "failed": 0, "failed_by_reason": {}, "pages_per_s": 4.5, '
+        '"direct_pages_per_s": 4.4, "usd_per_million_pages": 246.3, "start_mode": "fast"%s}'
+    )
+    textless = measured.parse(line % ', "answers_without_text": 1024')
+    plain = measured.parse(line % "")
+    assert textless.textless == "1,024 answers without text" and plain.textless == ""
+    for table in (measured_docs.limits_table, measured_docs.bench_runs_table):
+        assert "| 4.50 (1,024 answers without text) | 4.40 |" in table([textless])
+        assert "| 4.50 | 4.40 |" in table([plain])
+    chandra = FAMILIES["chandra"]
+    row = family_table.Row(chandra, chandra.checkpoints[0], textless, None)
+    assert family_table.pace(row, None)[0] == "4.5 / 4.4 (512 pages, 1,024 answers without text)"

@@ -20,7 +20,9 @@ The tokenizer is a word-level stand-in with the real vocabulary size and the rea
 special tokens the processor and the chat template use, so pages expand into image tokens exactly
 as for the real model; speed, memory and start-up are the real architecture's, the text noise.
 Every other id is a word, so an answer decodes to text as a trained model's does, unless the
-random weights write a special token (the bench counts such answers: `answers_without_text`).
+random weights write a special token (the bench counts such answers: `answers_without_text`). A
+greedy answer does: it repeats the prompt's last token, a special one here (`</think>` with
+thinking off), so the GPU check samples a family's greedy attempt (`--greedy-temperature 1`).
 Nothing is downloaded. Needs `tokenizers` (the GPU host's torch environment has it).
 """
 

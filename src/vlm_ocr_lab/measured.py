@@ -72,10 +72,12 @@ class Run:
     #: the checkpoint whose shapes ran (dummy weights), and anything else a reader must know
     model: str = ""
     note: str = ""
-    #: keys beyond these: how the bench ran (`jobs`, `output_tokens`, `bench_settings`), what the
-    #: engine started with (`api_server_count`, `start_mode`, `max_num_batched_tokens`, `caches`,
-    #: `compile_cache`), vLLM's gauges meanwhile (`gauges`), why a start failed (`start_error`),
-    #: a cut run (`cut`), the direct path run before the worker's passes (`direct_first`)
+    #: keys beyond these: how the bench ran (`jobs`, `output_tokens`, `greedy_temperature`,
+    #: `bench_settings`), what the engine started with (`api_server_count`, `start_mode`,
+    #: `max_num_batched_tokens`, `caches`, `compile_cache`), vLLM's gauges meanwhile (`gauges`),
+    #: why a start failed (`start_error`), a cut run (`cut`), the direct path run before the
+    #: worker's passes (`direct_first`), answers that came back with no text
+    #: (`answers_without_text`: a stand-in's greedy answers, see the bench)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -126,6 +128,14 @@ class Run:
     @property
     def at_defaults(self) -> bool:
         return not self.off_defaults
+
+    @property
+    def textless(self) -> str:
+        """Said beside a pace whose answers came back with no text: a stand-in's greedy answers
+        repeat one token that decodes to none, and the API servers' detokenizer works at every
+        step where a trained model's text costs it little (docs/models.md)."""
+        count = int(self.extra.get("answers_without_text") or 0)
+        return f"{count:,} answers without text" if count else ""
 
     @property
     def ratio(self) -> float | None:

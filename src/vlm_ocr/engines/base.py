@@ -58,6 +58,11 @@ class EngineOptions:
     #: every answer exactly this many tokens (`ignore_eos`), taken as it comes on the first
     #: attempt: like-for-like throughput figures on dummy weights, whose text is noise
     exact_output_tokens: int | None = None
+    #: a greedy attempt (temperature 0) sent at this temperature instead, without top-p: on
+    #: dummy weights a greedy answer repeats the prompt's last token, a special token that
+    #: decodes to no text, and the API servers, not the engine, then set the pace; sampled, the
+    #: stand-in writes text as a trained model does, at a fraction of a millisecond a step
+    greedy_temperature: float | None = None
     #: the CPU engine joins lines in the order its detector found them, not in reading order:
     #: the baseline `vlm-ocr-lab eval --detection-order` measures the reading order against
     detection_order: bool = False

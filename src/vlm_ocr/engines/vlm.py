@@ -314,6 +314,8 @@ class VlmEngine:
         """One request for one page (sent again after a transport failure); a fatal
         EngineError when the server is gone."""
         exact = self.options.exact_output_tokens
+        if attempt.temperature == 0 and self.options.greedy_temperature is not None:
+            attempt = Attempt(self.options.greedy_temperature)
         content = self.family.content(ChatClient.image_url(png), prompt)
         body = ChatClient.request_body(
             self.model,
@@ -448,6 +450,11 @@ class VlmEngine:
                 **(
                     {"exact_output_tokens": self.options.exact_output_tokens}
                     if self.options.exact_output_tokens
+                    else {}
+                ),
+                **(
+                    {"greedy_temperature": self.options.greedy_temperature}
+                    if self.options.greedy_temperature is not None
                     else {}
                 ),
             },

@@ -36,6 +36,17 @@ def batching_shape(text: str) -> BatchingShape:
     return shape
 
 
+def _positive(text: str) -> float:
+    """A temperature above 0 (greedy is what it replaces), or argparse's error saying so."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value <= 2:
+        raise argparse.ArgumentTypeError(f"{text!r}: a temperature above 0, at most 2 (e.g. 1)")
+    return value
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--pages",
@@ -63,6 +74,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=int,
         help="make every answer exactly N tokens (ignore_eos), in the worker and the direct "
         "path alike: like-for-like figures on dummy weights",
+    )
+    p.add_argument(
+        "--greedy-temperature",
+        type=_positive,
+        metavar="T",
+        help="send a family's greedy attempt (temperature 0) at temperature T, without top-p, "
+        "in the worker and the direct path alike: on dummy weights a greedy answer repeats the "
+        "prompt's last token, a special token that decodes to no text, and the API servers' "
+        "detokenizer then sets the pace; sampled, a stand-in writes text (the GPU check sends 1)",
     )
     p.add_argument(
         "--second-opinion",

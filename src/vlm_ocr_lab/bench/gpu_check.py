@@ -173,8 +173,17 @@ _SETTINGS = {env_name(name) for name in Settings.GROUP_OF}
 # first busy minute after its start?). FLASHINFER_SAMPLER=1: vLLM's FlashInfer top-p sampler, as
 # in the image, in place of the Triton filter the host runs otherwise (dev/gpu/env.sh; the row's
 # `bench_settings` say which ran). PAGES=N: the pages of its passes, in place of `pages_for`'s
-# (a pass of whole waves against one with a tail: `chandra,PAGES=512`).
-_CHECK_OWN = {"PYSPY_HZ", "ENGINES_ON_GPU", "DIRECT_FIRST", "FLASHINFER_SAMPLER", "PAGES"}
+# (a pass of whole waves against one with a tail: `chandra,PAGES=512`). GREEDY_TEMPERATURE=T:
+# the temperature a family's greedy attempt is sent at (1 unless set; 0 keeps it greedy, whose
+# answers on dummy weights repeat the prompt's last token: the bench's `--greedy-temperature`).
+_CHECK_OWN = {
+    "PYSPY_HZ",
+    "ENGINES_ON_GPU",
+    "DIRECT_FIRST",
+    "FLASHINFER_SAMPLER",
+    "PAGES",
+    "GREEDY_TEMPERATURE",
+}
 
 
 def _pairs(env: dict[str, str]) -> list[str]:

@@ -97,7 +97,10 @@ async def bench_main(settings: Settings, args: argparse.Namespace) -> int:
         out = None if use_bucket else (args.out or Path(tmp))
         deadline = Deadline.after(args.time_limit)
         t0 = time.perf_counter()
-        engine = make_engine(settings, EngineOptions(exact_output_tokens=args.output_tokens))
+        options = EngineOptions(
+            exact_output_tokens=args.output_tokens, greedy_temperature=args.greedy_temperature
+        )
+        engine = make_engine(settings, options)
         worker = build_worker(settings, engine, out_dir=out)
         run = Run()
         try:

@@ -220,6 +220,7 @@ def _details(run: Any, facts: dict[str, Any], args: Any, bench: dict[str, str]) 
     direct = fig.get("direct") or {}
     out: dict[str, Any] = {
         "output_tokens": args.output_tokens,
+        "greedy_temperature": args.greedy_temperature,
         "jobs": args.jobs,
         "api_server_count": facts.get("api_server_count"),
         "start_mode": facts.get("start_mode"),

@@ -135,7 +135,8 @@ def pace(row: Row, cheapest: float | None) -> tuple[str, str, str, str]:
         speed = f"no figure: {run.failed} of {run.pages} pages failed ({reasons})"
     else:
         direct = f"{run.direct_pages_per_s:g}" if run.direct_pages_per_s else "—"
-        speed = f"{mode}{run.pages_per_s:g} / {direct} ({run.pages} pages)"
+        pages = f"{run.pages} pages" + (f", {run.textless}" if run.textless else "")
+        speed = f"{mode}{run.pages_per_s:g} / {direct} ({pages})"
     start = f"{mode}{run.engine_ready_s:g} s fresh" if run.engine_ready_s is not None else "—"
     if row.warm is not None and row.warm.engine_ready_s is not None:
         other = f", vLLM {row.warm.vllm}" if row.warm.vllm != run.vllm else ""

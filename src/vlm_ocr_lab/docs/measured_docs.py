@@ -71,6 +71,10 @@ def _pace(value: float | None) -> str:
     return "—" if value is None else f"{value:.2f}"
 
 
+def _worker_pace(run: measured.Run) -> str:
+    return _pace(run.pages_per_s) + (f" ({run.textless})" if run.textless else "")
+
+
 def _phases(run: measured.Run) -> str:
     parts = [f"{label} {run.phases[key]:g} s" for key, label in PHASES if key in run.phases]
     return "; ".join(parts) or "not taken apart"
@@ -134,7 +138,7 @@ def limits_table(rows: list[measured.Run]) -> str:
         [
             _model(r),
             f"{r.pages:,}",
-            _pace(r.pages_per_s),
+            _worker_pace(r),
             _pace(r.direct_pages_per_s),
             _ratio(r),
             _failed(r),
@@ -195,7 +199,7 @@ def bench_runs_table(rows: list[measured.Run]) -> str:
             r.start,
             f"{r.pages:,}",
             _failed(r),
-            _pace(r.pages_per_s),
+            _worker_pace(r),
             _pace(r.direct_pages_per_s),
             _ratio(r),
             "—" if r.usd_per_million_pages is None else f"{r.usd_per_million_pages:,.0f}",

@@ -362,7 +362,8 @@ def test_the_detokenizer_bench_times_each_kind_of_answer(checkpoint: str, tmp_pa
 def test_every_id_of_a_stand_ins_vocabulary_decodes_to_text_but_its_special_tokens(
     tmp_path: Path,
 ) -> None:
-    # a stand-in's random weights may write any id: each one but the special tokens is a word
+    # a stand-in's random weights may write any id: each one but the special tokens decodes to
+    # some text (a word, or a byte's character), none to nothing
     assert generate("lightonocr-3-0.8b", tmp_path).returncode == 0
     vocab_size = json.loads((tmp_path / "config.json").read_text())["text_config"]["vocab_size"]
     probe = (
@@ -372,7 +373,7 @@ def test_every_id_of_a_stand_ins_vocabulary_decodes_to_text_but_its_special_toke
         "special = {i for i, a in tok.get_added_tokens_decoder().items() if a.special}\n"
         "size = tok.get_vocab_size(with_added_tokens=True)\n"
         "silent = [i for i in range(size) if i not in special\n"
-        "          and not tok.decode([i], skip_special_tokens=True).strip()]\n"
+        "          and not tok.decode([i], skip_special_tokens=True)]\n"
         "print(json.dumps({'size': size, 'special': len(special), 'silent': silent}))\n"
     )
     out = subprocess.run(
@@ -385,3 +386,50 @@ def test_every_id_of_a_stand_ins_vocabulary_decodes_to_text_but_its_special_toke
     facts = json.loads(out.stdout)
     assert facts["size"] == vocab_size and 0 < facts["special"] < 100
     assert facts["silent"] == []
+
+
+# As vLLM's API server loads a stand-in's tokenizer (transformers' class for the model's type: a
+# Qwen3.5 folder gets Qwen3.5's own, which rebuilds a BPE from the file), a family's prompt and the
+# chat template's words encode to tokens, and a random id decodes to a word.
+ENCODE = """
+import json, sys
+sys.path.insert(0, sys.argv[2])
+from transformers import AutoTokenizer
+from vlm_ocr.engines.families import FAMILIES
+tok = AutoTokenizer.from_pretrained(sys.argv[1])
+prompt = FAMILIES["chandra"].prompt.text
+messages = [{"role": "user", "content": "Read this page."}]
+chat = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+print(json.dumps({
+    "class": type(tok).__name__,
+    "chars": len(prompt),
+    "tokens": len(tok(prompt, add_special_tokens=False)["input_ids"]),
+    "chat": tok.convert_ids_to_tokens(tok(chat, add_special_tokens=False)["input_ids"]),
+    "word": tok.decode([5000]),
+}))
+"""
+
+
+@pytest.mark.parametrize(
+    ("example", "tokenizer_class"),
+    [("chandra-ocr-2", "Qwen3_5Tokenizer"), ("lightonocr-2-1b", "TokenizersBackend")],
+)
+def test_a_stand_ins_prompt_is_tokens_as_vllm_loads_its_tokenizer(
+    example: str, tokenizer_class: str, tmp_path: Path
+) -> None:
+    assert generate(example, tmp_path).returncode == 0
+    proc = subprocess.run(
+        [str(engine_python()), "-c", ENCODE, str(tmp_path), str(ROOT / "src")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert found["class"] == tokenizer_class
+    # about a token a word or a mark, as Qwen's tokenizer counts English and HTML
+    assert found["chars"] / 6 < found["tokens"] < found["chars"] / 2
+    assert found["chat"][:2] == ["<|im_start|>", "user"]
+    assert found["chat"][-3:] == ["<|im_start|>", "assistant", "\u010a"]  # a newline's byte
+    assert found["word"] == " w5000"

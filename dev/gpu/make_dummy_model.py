@@ -16,13 +16,15 @@ of model needs to load (by its `model_type`):
                      Qwen's vocabulary, with the checkpoint's own image tokens
   dots_ocr           dots.ocr's vocabulary, image processor, template and a configuration module
 
-The tokenizer is a word-level stand-in with the real vocabulary size and the real ids of the
+The tokenizer is a byte-level BPE as Qwen's with the real vocabulary size and the real ids of the
 special tokens the processor and the chat template use, so pages expand into image tokens exactly
 as for the real model; speed, memory and start-up are the real architecture's, the text noise.
-Every other id is a word, so an answer decodes to text as a trained model's does, unless the
-random weights write a special token (the bench counts such answers: `answers_without_text`). A
-greedy answer does: it repeats the prompt's last token, a special one here (`</think>` with
-thinking off), so the GPU check samples a family's greedy attempt (`--greedy-temperature 1`).
+Its merges are learned from the worker's prompts, so a prompt's text is about as many tokens as
+with the real tokenizer. Every other id is a word, so an answer decodes to text as a trained
+model's does, unless the random weights write a special token (the bench counts answers with no
+text: `answers_without_text`). A greedy answer repeats the prompt's last token (with thinking off,
+the newline after `</think>`: whitespace), so the GPU check samples a family's greedy attempt
+(`--greedy-temperature 1`).
 Nothing is downloaded. Needs `tokenizers` (the GPU host's torch environment has it).
 """
 
@@ -192,30 +194,78 @@ def example(name: str) -> Path:
 
 
 def tokenizer(out: Path, vocab_size: int, kind: Kind) -> None:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    """The byte-level BPE of the module's docstring. Not a simpler one: transformers loads a
+    Qwen3.5 folder with Qwen3.5's own tokenizer class, which builds a byte-level BPE from the
+    file's vocabulary and merges whatever the file's model is (a word-level stand-in's prompt
+    words encoded to nothing there). Every id past the learned ones is a word (` w1234`), those
+    past the real tokenizer's too: a stand-in's random weights may write any id, and one that
+    decodes to no text makes vLLM's API server decode again from the prompt's last text at each
+    step (detokenize_cost.py)."""
+    from tokenizers import AddedToken, pre_tokenizers, trainers
 
+    learner = qwen_bpe()
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    learner.train_from_iterator(
+        prompts(), trainers.BpeTrainer(initial_alphabet=alphabet, show_progress=False)
+    )
+    learned = json.loads(learner.to_str())["model"]
     special = kind.special
-    # Every other id of the model's vocabulary a word, those past the real tokenizer's too: a
-    # stand-in's random weights may write any id, and one that decodes to no text makes vLLM's
-    # API server decode again from the prompt's last text at each step (detokenize_cost.py)
-    taken = set(special.values())
-    words = {f"t{i}": i for i in range(1, vocab_size) if i not in taken}
-    vocab = {"<unk>": 0} | words | special
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok.decoder = decoders.WordPiece(prefix="##")
-    tok.add_special_tokens(list(special))
+    vocab: dict[str, int] = learned["vocab"]
+    assert len(vocab) < min(special.values()), "the learned tokens reach the special ids"
+    taken = set(vocab.values()) | set(special.values())
+    # "\u0120" is the byte-level alphabet's space: each word decodes with one before it
+    vocab |= {f"\u0120w{i}": i for i in range(vocab_size) if i not in taken} | special
+    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in learned["merges"]]
+    tok = qwen_bpe(vocab, merges)
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in special])
+    assert tok.get_vocab_size() == vocab_size == len(vocab), "a special token off its real id"
     tok.save(str(out / "tokenizer.json"))
     config: dict[str, Any] = {
         "tokenizer_class": "PreTrainedTokenizerFast",
-        "unk_token": "<unk>",
         "model_max_length": 262144,
         "eos_token": kind.eos_token,
         "pad_token": "<|endoftext|>",
         "extra_special_tokens": kind.extra_tokens or [t for t in special if t != "<|endoftext|>"],
     }
-    assert len(vocab) <= vocab_size, "the vocabulary outgrows the model's embedding"
     write(out, "tokenizer_config.json", config)
+
+
+# Qwen's split of text into words before its byte-level BPE (as Qwen3.5's tokenizer class has it)
+QWEN_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}"
+    r"| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+
+def qwen_bpe(
+    vocab: dict[str, int] | None = None, merges: list[tuple[str, str]] | None = None
+) -> Any:
+    """A BPE tokenizer (empty, to learn, without a vocabulary) with Qwen's normalizer, split,
+    byte-level pieces and decoder."""
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
+
+    tok = Tokenizer(models.BPE(vocab, merges) if vocab is not None else models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN_SPLIT), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    return tok
+
+
+def prompts() -> list[str]:
+    """What the worker asks models: its prompt presets, each family's own prompt, and the chat
+    templates' words."""
+    sys.path.insert(0, str(EXAMPLES.parent / "src"))
+    from vlm_ocr.engines.families import FAMILIES
+    from vlm_ocr.prompts import PRESETS
+
+    texts = [p.text for p in PRESETS.values()]
+    texts += [f.prompt.text for f in FAMILIES.values() if f.prompt is not None]
+    return [*texts, "system\nuser\nassistant\n\n"]
 
 
 def write(out: Path, name: str, doc: dict[str, Any]) -> None:

@@ -1,5 +1,5 @@
 """`vlm-ocr-lab bench --greedy-temperature T` (`EngineOptions.greedy_temperature`): on dummy
-weights a greedy answer repeats the prompt's last token, a special token that decodes to no text,
+weights a greedy answer repeats the prompt's last token (a special token or a newline: no text),
 so the GPU check sends a family's greedy attempt sampled instead. What reaches the server: the
 greedy attempt at T without its top-p, every sampled attempt as the family sends it, and nothing
 changed without the option; the row and the fingerprint say it was set."""

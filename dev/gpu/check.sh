@@ -20,7 +20,7 @@
 # ENGINES_ON_GPU=N runs N benches whose engines share the GPU (their rows: shared-rows.jsonl); its
 # DIRECT_FIRST=1 runs the direct path before the worker's pass (a first busy minute told apart).
 # Every run sends a family's greedy attempt at temperature 1 (a stand-in's greedy answer repeats
-# one token that decodes to no text); a target's GREEDY_TEMPERATURE=0 keeps it greedy.
+# the prompt's last token: no text); a target's GREEDY_TEMPERATURE=0 keeps it greedy.
 # TARGET: qwen-vl olmocr chandra dots-ocr lighton-ocr lighton-ocr-3-0.8b lighton-ocr-3-4b;
 # TARGET:warm is its second start, after its fresh one on the same host (this call or an
 # earlier one while the host stayed up). Settings after commas are the worker's, for that run
@@ -130,8 +130,8 @@ bench() {  # the worker's bench of the run's model ($dir), its output to $1, the
   shift
   # DEBUG: vLLM's own lines go to the run's log with the worker's (a phase that grew is read there).
   # Greedy attempts sampled at 1: on dummy weights a greedy answer repeats the prompt's last token
-  # (a skipped special token: no text, and the API servers' CPU at every step), where a trained
-  # model writes text; GREEDY_TEMPERATURE=0 keeps them greedy.
+  # (a special token or a newline: no text; a skipped token costs the API servers' CPU at every
+  # step), where a trained model writes text; GREEDY_TEMPERATURE=0 keeps them greedy.
   local greedy=()
   [ "${GREEDY_TEMPERATURE:-1}" != 0 ] && greedy=(--greedy-temperature "${GREEDY_TEMPERATURE:-1}")
   LOG_LEVEL=${LOG_LEVEL:-DEBUG} MODEL_NAME=$dir timeout -k 5 $((limit + 20)) \

@@ -132,8 +132,9 @@ class Run:
     @property
     def textless(self) -> str:
         """Said beside a pace whose answers came back with no text: a stand-in's greedy answers
-        repeat one token that decodes to none, and the API servers' detokenizer works at every
-        step where a trained model's text costs it little (docs/models.md)."""
+        repeat one token that decodes to none (a skipped special token costs the API servers'
+        detokenizer at every step, where a trained model's text costs it little: docs/models.md),
+        so such a pace may be the stand-in's rather than the model's."""
         count = int(self.extra.get("answers_without_text") or 0)
         return f"{count:,} answers without text" if count else ""
 

@@ -59,9 +59,10 @@ class EngineOptions:
     #: attempt: like-for-like throughput figures on dummy weights, whose text is noise
     exact_output_tokens: int | None = None
     #: a greedy attempt (temperature 0) sent at this temperature instead, without top-p: on
-    #: dummy weights a greedy answer repeats the prompt's last token, a special token that
-    #: decodes to no text, and the API servers, not the engine, then set the pace; sampled, the
-    #: stand-in writes text as a trained model does, at a fraction of a millisecond a step
+    #: dummy weights a greedy answer repeats the prompt's last token (a special token or a
+    #: newline: no text, and a skipped token costs the API servers' detokenizer at every step);
+    #: sampled, the stand-in writes text as a trained model does, for a fraction of a
+    #: millisecond a step
     greedy_temperature: float | None = None
     #: the CPU engine joins lines in the order its detector found them, not in reading order:
     #: the baseline `vlm-ocr-lab eval --detection-order` measures the reading order against

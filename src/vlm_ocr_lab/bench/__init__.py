@@ -81,8 +81,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="T",
         help="send a family's greedy attempt (temperature 0) at temperature T, without top-p, "
         "in the worker and the direct path alike: on dummy weights a greedy answer repeats the "
-        "prompt's last token, a special token that decodes to no text, and the API servers' "
-        "detokenizer then sets the pace; sampled, a stand-in writes text (the GPU check sends 1)",
+        "prompt's last token (a special token or a newline: no text, and a skipped token costs "
+        "the API servers' detokenizer at every step); sampled, a stand-in writes text (the GPU "
+        "check sends 1)",
     )
     p.add_argument(
         "--second-opinion",

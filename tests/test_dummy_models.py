@@ -163,6 +163,21 @@ print(json.dumps({
 """
 
 
+def probe_folder(example: str, folder: Path, probe: str, *args: str) -> dict:
+    """What `probe` (run in the engine's Python on the stand-in folder of `example`, then its
+    arguments) printed last, as JSON."""
+    assert generate(example, folder).returncode == 0
+    proc = subprocess.run(
+        [str(engine_python()), "-c", probe, str(folder), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 @pytest.mark.parametrize(
     ("example", "page", "image_tokens", "thinking_off"),
     [
@@ -176,16 +191,7 @@ print(json.dumps({
 def test_the_lightonocr_3_folders_load_as_their_checkpoints_do(
     example: str, page: tuple[int, int], image_tokens: int, thinking_off: bool, tmp_path: Path
 ) -> None:
-    assert generate(example, tmp_path).returncode == 0
-    proc = subprocess.run(
-        [str(engine_python()), "-c", LOAD, str(tmp_path), *map(str, page)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"},
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    found = probe_folder(example, tmp_path, LOAD, *map(str, page))
     assert found["image_tokens"] == image_tokens
     ids = found["ids"]
     assert ids["<|image_pad|>"] == found["image_token_id"]
@@ -417,16 +423,7 @@ print(json.dumps({
 def test_a_stand_ins_prompt_is_tokens_as_vllm_loads_its_tokenizer(
     example: str, tokenizer_class: str, tmp_path: Path
 ) -> None:
-    assert generate(example, tmp_path).returncode == 0
-    proc = subprocess.run(
-        [str(engine_python()), "-c", ENCODE, str(tmp_path), str(ROOT / "src")],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"},
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    found = probe_folder(example, tmp_path, ENCODE, str(ROOT / "src"))
     assert found["class"] == tokenizer_class
     # about a token a word or a mark, as Qwen's tokenizer counts English and HTML
     assert found["chars"] / 6 < found["tokens"] < found["chars"] / 2

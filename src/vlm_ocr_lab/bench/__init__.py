@@ -70,22 +70,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="store in an S3 server started on loopback (needs moto)",
     )
     p.add_argument(
-        "--output-tokens",
-        type=int,
-        help="make every answer exactly N tokens (ignore_eos), in the worker and the direct "
-        "path alike: like-for-like figures on dummy weights",
-    )
-    p.add_argument(
-        "--greedy-temperature",
-        type=_positive,
-        metavar="T",
-        help="send a family's greedy attempt (temperature 0) at temperature T, without top-p, "
-        "in the worker and the direct path alike: on dummy weights a greedy answer repeats the "
-        "prompt's last token (a special token or a newline: no text, and a skipped token costs "
-        "the API servers' detokenizer at every step); sampled, a stand-in writes text (the GPU "
-        "check sends 1)",
-    )
-    p.add_argument(
         "--second-opinion",
         action="store_true",
         help="jobs ask for the CPU engine's second opinion on every page (its cost per page)",
@@ -133,8 +117,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "ready, write FILE.ready-PID and wait until FILE exists (within --time-limit) before "
         "the passes, so their passes run at the same time",
     )
+    _stand_in_arguments(p)
     _record_arguments(p)
     _other_benchmarks(p)
+
+
+def _stand_in_arguments(p: argparse.ArgumentParser) -> None:
+    """How the answers of a model on dummy weights are made like a trained model's."""
+    p.add_argument(
+        "--output-tokens",
+        type=int,
+        help="make every answer exactly N tokens (ignore_eos), in the worker and the direct "
+        "path alike: like-for-like figures on dummy weights",
+    )
+    p.add_argument(
+        "--greedy-temperature",
+        type=_positive,
+        metavar="T",
+        help="send a family's greedy attempt (temperature 0) at temperature T, without top-p, "
+        "in the worker and the direct path alike: on dummy weights a greedy answer repeats the "
+        "prompt's last token (a special token or a newline: no text, and a skipped token costs "
+        "the API servers' detokenizer at every step); sampled, a stand-in writes text (the GPU "
+        "check sends 1)",
+    )
 
 
 def _record_arguments(p: argparse.ArgumentParser) -> None:

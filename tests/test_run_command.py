@@ -83,6 +83,21 @@ def test_each_file_is_named_with_what_is_wrong_before_the_engine_starts(tmp_path
     assert "input." not in proc.stderr  # no job field the user never wrote
 
 
+def test_a_file_that_takes_too_long_to_open_is_named_and_stalls_nothing(tmp_path: Path) -> None:
+    # Each file is opened in a render process under RENDER_TIMEOUT_S before the engine starts:
+    # a damaged PDF that MuPDF must repair by reading tens of megabytes takes a good part of a
+    # second, far past a limit of a millisecond; it is named, and nothing else starts.
+    doc = pymupdf.open()
+    doc.new_page().insert_text((72, 72), "A page before a long tail of damage.")
+    (tmp_path / "damaged.pdf").write_bytes(doc.tobytes() + b"%" + os.urandom(48 << 20))
+    proc = vlm_ocr("run", "damaged.pdf", cwd=tmp_path, RENDER_TIMEOUT_S="0.001")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.splitlines() == [
+        "vlm-ocr run: damaged.pdf: not opened within 0.001 s (RENDER_TIMEOUT_S), so the worker "
+        "would not read it either; a damaged or crafted file is likely, or raise RENDER_TIMEOUT_S"
+    ]
+
+
 def test_each_bad_option_is_named_by_its_flag_with_what_is_accepted(tmp_path: Path) -> None:
     write_pdf(tmp_path / "two.pdf", 2)
     proc = vlm_ocr(

@@ -23,6 +23,7 @@ from ..file_names import shown, stored_name
 from ..images import tiff_pages
 from ..pdf_file import file_sha256
 from ..pipeline import render
+from ..pipeline.cpu_pool import CpuPool, TaskFailed, TaskTimeout
 from ..settings import Settings
 from ..storage import cannot_write
 
@@ -82,8 +83,41 @@ def check_options(options: dict[str, Any], max_pages: int) -> list[str]:
     return []
 
 
+async def check_files(
+    paths: list[Path], pages: str | None, settings: Settings
+) -> list[LocalFile | str]:
+    """Each file ready to run, or what is wrong with it, each checked in a render process of
+    its own under RENDER_TIMEOUT_S and RENDER_MEMORY_MB, as the worker reads it: opening a
+    crafted PDF or TIFF can take MuPDF or Pillow any time or memory, and no file may stall or
+    swell `vlm-ocr run` before its engine starts."""
+    pool = CpuPool(1, memory_limit_mb=settings.render.render_memory_mb)
+    await pool.start()
+    limit = settings.render.render_timeout_s
+    checked: list[LocalFile | str] = []
+    try:
+        for path in paths:
+            name = shown(str(path))
+            try:
+                checked.append(await pool.run(check_file, path, pages, settings, timeout_s=limit))
+            except TaskTimeout:
+                checked.append(
+                    f"{name}: not opened within {limit:g} s (RENDER_TIMEOUT_S), so the worker "
+                    "would not read it either; a damaged or crafted file is likely, or raise "
+                    "RENDER_TIMEOUT_S"
+                )
+            except TaskFailed as exc:
+                checked.append(
+                    f"{name}: opening it failed ({exc}); a file that asks for more memory than "
+                    "RENDER_MEMORY_MB allows fails so"
+                )
+    finally:
+        await pool.close()
+    return checked
+
+
 def check_file(path: Path, pages: str | None, settings: Settings) -> LocalFile | str:
-    """The file ready to run, or what is wrong with it, naming it."""
+    """The file ready to run, or what is wrong with it, naming it (in this process: a look
+    before the engine starts goes through `check_files`)."""
     if not path.exists():
         return f"{shown(str(path))}: no such file"
     if path.is_dir():

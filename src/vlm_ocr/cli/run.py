@@ -34,7 +34,7 @@ from ..storage import JobKeys, ObjectMissing
 from .local_files import (
     Held,
     LocalFile,
-    check_file,
+    check_files,
     check_options,
     check_out,
     file_kind,
@@ -116,7 +116,7 @@ def job_options(args: argparse.Namespace) -> dict[str, Any]:
     return {k: v for k, v in options.items() if v is not None}
 
 
-def check(
+async def check(
     settings: Settings, args: argparse.Namespace
 ) -> tuple[list[LocalFile], list[str], list[str]]:
     """The files ready to run, every problem of the files and options (one line each), and the
@@ -128,7 +128,7 @@ def check(
         problems.append(f"--progress-every: got {args.progress_every:g}; accepted: 0 or more")
     pages = None if problems else args.pages  # a bad selection is said once, not per file
     paths, twice = once_each(args.files)
-    checked = [check_file(path, pages, settings) for path in paths]
+    checked = await check_files(paths, pages, settings)
     problems += [f for f in checked if isinstance(f, str)]
     files = [f for f in checked if isinstance(f, LocalFile)]
     if problems:
@@ -164,7 +164,7 @@ async def run_main(settings: Settings, args: argparse.Namespace) -> int:
     from ..engines.factory import make_engine
     from ..pipeline.worker import build_worker
 
-    files, problems, notes = check(settings, args)
+    files, problems, notes = await check(settings, args)
     for problem in problems:  # all of them, before the engine starts
         print(f"vlm-ocr run: {problem}", file=sys.stderr)
     if problems:

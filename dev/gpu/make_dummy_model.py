@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+sys.path.insert(0, str(EXAMPLES.parent / "src"))  # the worker's families and prompts
 CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073]
 CLIP_STD = [0.26862954, 0.26130258, 0.27577711]
 
@@ -259,7 +260,6 @@ def qwen_bpe(
 def prompts() -> list[str]:
     """What the worker asks models: its prompt presets, each family's own prompt, and the chat
     templates' words."""
-    sys.path.insert(0, str(EXAMPLES.parent / "src"))
     from vlm_ocr.engines.families import FAMILIES
     from vlm_ocr.prompts import PRESETS
 

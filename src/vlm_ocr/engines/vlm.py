@@ -433,6 +433,11 @@ class VlmEngine:
         return self.family.parse(text, prompt, page)
 
     def fingerprint(self, prompt: Prompt) -> dict[str, Any]:
+        options = self.options
+        measuring = {
+            "exact_output_tokens": options.exact_output_tokens,
+            "greedy_temperature": options.greedy_temperature,
+        }
         return {
             "engine": self.facts.name,
             "model": self.facts.model,
@@ -447,16 +452,7 @@ class VlmEngine:
                 "max_tokens": self.max_tokens,
                 "repetition_detection": REPETITION_DETECTION,
                 "thinking": False,
-                **(
-                    {"exact_output_tokens": self.options.exact_output_tokens}
-                    if self.options.exact_output_tokens
-                    else {}
-                ),
-                **(
-                    {"greedy_temperature": self.options.greedy_temperature}
-                    if self.options.greedy_temperature is not None
-                    else {}
-                ),
+                **{k: v for k, v in measuring.items() if v},  # set only to measure
             },
         }
 

@@ -393,6 +393,53 @@ def test_a_detached_check_runs_from_its_own_copy_and_its_files_are_collected(tmp
     assert waited.returncode == 0 and waited.stdout == "olmocr: 512 pages, about 173 s\n"
 
 
+def test_a_second_check_is_refused_while_one_runs_and_stop_ends_it(tmp_path) -> None:
+    # a plan's "skipped" is decided again at run time: a check may still be running a target its
+    # plan skipped, and a second one started beside it would share the GPU and the port
+    acc, out = tmp_path / "acc", tmp_path / "out"
+    (acc / "detached").mkdir(parents=True)
+    out.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "OUT"} | {
+        "ACC": str(acc),
+        "OUT": str(out),
+        "DRY_RUN": "1",
+        "PYTHON": sys.executable,
+    }
+    check = subprocess.Popen(["sleep", "120"], start_new_session=True)  # a check's session
+    try:
+        (acc / "detached" / ".check.pid").write_text(f"{check.pid}\n")
+        (acc / "detached" / "summary.txt").write_text("chandra: 320 pages, about 254 s\n")
+
+        def detached(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                ["bash", "dev/gpu/check_detached.sh", *args],
+                cwd=ROOT,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+
+        refused = detached("start", "560", "olmocr")
+        assert refused.returncode == 4
+        assert f"a check is still running here (pid {check.pid}; chandra: 320 pages" in (
+            refused.stderr
+        )
+        assert check.poll() is None  # nothing of it touched
+        assert (acc / "detached" / "summary.txt").exists()
+        stopped = detached("stop")
+        assert stopped.returncode == 0, stopped.stderr
+        assert stopped.stdout.startswith(f"check {check.pid} ended")
+        assert check.wait(timeout=30) is not None
+        started = detached("start", "560", "olmocr")
+        assert started.returncode == 0, started.stderr
+        assert "plan for a call of 560 s" in started.stdout
+        assert detached("stop").stdout.startswith(("no check is running here", "check "))
+    finally:
+        check.kill()
+        check.wait()
+
+
 def test_a_detached_check_is_refused_where_the_bundle_is_not_unpacked(tmp_path) -> None:
     # a host given back between calls comes back without /tmp/acc: the check must not start there
     # (every run would fail at once while the next call waited on it)
@@ -438,8 +485,8 @@ def test_the_check_ends_vllms_processes_but_not_the_shell_that_names_the_launche
         "106 python3 -m vlm_ocr_lab bench --output-tokens 800",
         "107 grep vllm.entrypoints",
     ]
-    check = (ROOT / "dev/gpu/check.sh").read_text()
-    function = re.search(r"^vllm_pids\(\) \{.*?^\}$", check, re.S | re.M)
+    procs = (ROOT / "dev/gpu/vllm_procs.sh").read_text()
+    function = re.search(r"^vllm_pids\(\) \{.*?^\}$", procs, re.S | re.M)
     assert function is not None
     script = f"ps() {{ printf '%s\\n' {shlex.join(listing)}; }}\n{function.group(0)}\nvllm_pids\n"
     out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)

@@ -15,13 +15,30 @@
 #       bash dev/gpu/check_detached.sh collect WAIT_S
 #     (A host can be taken back between calls: each run's files come back with the first call
 #     after it ends, never a whole WAIT_S later.)
+#   stop: ends the check still running here (its session: the check, the bench, the worker) and
+#     vLLM's processes, so that another may start:  bash dev/gpu/check_detached.sh stop
+# A start while a check still runs is refused: the plan's "skipped" is decided again at each run
+# from the time left, so a check may still be running a target its plan skipped, and two checks
+# would share the GPU and the port.
 set -u
 A=${ACC:-/tmp/acc}
 away=$A/detached
+
+running() {  # the pid (and session) of the check still running here, if any
+  local pid
+  pid=$(cat "$away/.check.pid" 2> /dev/null) || return 1
+  [ -n "$pid" ] && kill -0 "$pid" 2> /dev/null && echo "$pid"
+}
+
 case "${1:-}" in
   start)
     shift
     [ "$#" -ge 2 ] || { echo "usage: check_detached.sh start BUDGET_S TARGET..." >&2; exit 2; }
+    if pid=$(running); then
+      echo "a check is still running here (pid $pid; $(tail -1 "$away/summary.txt" 2> /dev/null)):" \
+        "collect it until its summary says done, or end it first: check_detached.sh stop" >&2
+      exit 4
+    fi
     # A check without the bundle fails every run at once, and a call that then waits on it wastes
     # the host: refuse here, naming what is missing (a host given back loses /tmp/acc entirely).
     if [ "${DRY_RUN:-0}" != 1 ]; then
@@ -41,8 +58,9 @@ case "${1:-}" in
       mkdir -p "$A/tree/.gpu-bundle" && cp -r .gpu-bundle/vllm-cache-seed "$A/tree/.gpu-bundle/"
     fi
     touch "$away/.collected"  # what collect brought back last: nothing yet
-    (cd "$A/tree" && OUT=$away setsid nohup bash dev/gpu/check.sh "$@" \
-      > "$away/check.log" 2>&1 < /dev/null &)
+    (cd "$A/tree" || exit 1
+      OUT=$away setsid nohup bash dev/gpu/check.sh "$@" > "$away/check.log" 2>&1 < /dev/null &
+      echo $! > "$away/.check.pid")  # setsid's own pid: no group leader here, so it does not fork
     # the plan is the check's first output, once the bundle is unpacked and compiled
     for _ in $(seq 120); do grep -q '^run ' "$away/check.log" 2> /dev/null && break; sleep 1; done
     sleep 1
@@ -67,8 +85,19 @@ case "${1:-}" in
     find "$away" -maxdepth 1 -type f ! -name '.*' -exec cp {} "$out/" \;
     cat "$away/summary.txt" 2> /dev/null || tail -5 "$away/check.log"
     ;;
+  stop)
+    if pid=$(running); then
+      pkill -TERM -s "$pid"  # setsid made the check's pid its session's id
+      for _ in $(seq 10); do kill -0 "$pid" 2> /dev/null || break; sleep 1; done
+      pkill -KILL -s "$pid"
+      echo "check $pid ended"
+    else
+      echo "no check is running here"
+    fi
+    . dev/gpu/vllm_procs.sh && stop_vllm  # the worker's vLLM runs in a session of its own
+    ;;
   *)
-    echo "usage: check_detached.sh start BUDGET_S TARGET... | collect WAIT_S" >&2
+    echo "usage: check_detached.sh start BUDGET_S TARGET... | collect WAIT_S | stop" >&2
     exit 2
     ;;
 esac

@@ -101,10 +101,11 @@ def test_a_pace_whose_answers_had_no_text_says_so() -> None:
         '"transformers": "5.19.0", "family": "chandra", "model": "datalab-to/chandra-ocr-2", '
         '"overrides": {}, "start": "fresh", "engine_ready_s": 50.0, "phases": {}, '
         '"pages": 512, "failed": 0, "failed_by_reason": {}, "pages_per_s": 4.5, '
-        '"direct_pages_per_s": 4.4, "usd_per_million_pages": 246.3, "start_mode": "fast"%s}'
+        '"direct_pages_per_s": 4.4, "usd_per_million_pages": 246.3, "start_mode": "%s"%s}'
     )
-    textless = measured.parse(line % ', "answers_without_text": 1024')
-    plain = measured.parse(line % "")
+    own = FAMILIES["chandra"].start_mode.value  # at the family's defaults
+    textless = measured.parse(line % (own, ', "answers_without_text": 1024'))
+    plain = measured.parse(line % (own, ""))
     assert textless.textless == "1,024 answers without text" and plain.textless == ""
     for table in (measured_docs.limits_table, measured_docs.bench_runs_table):
         assert "| 4.50 (1,024 answers without text) | 4.40 |" in table([textless])

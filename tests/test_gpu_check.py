@@ -189,6 +189,9 @@ def test_a_call_skips_what_would_not_fit_in_what_is_left() -> None:
     fates = [fate for _, fate in gpu_check.plan(["olmocr", "olmocr:warm"], budget, rows)]
     assert fates[0] == "runs"
     assert fates[1].startswith("skipped: needs about ")
+    # the printed plan says the check decides again when that run's turn comes
+    printed = gpu_check.plan_table(gpu_check.plan(["olmocr", "olmocr:warm"], budget, rows), budget)
+    assert "left; it runs if the runs before it leave that much;" in printed.splitlines()[-1]
     # with room for both, both run, in the order given
     fates = [f for _, f in gpu_check.plan(["olmocr", "olmocr:warm"], budget + 200, rows)]
     assert fates == ["runs", "runs"]

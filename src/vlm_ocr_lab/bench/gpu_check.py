@@ -343,6 +343,8 @@ def plan_table(steps: list[tuple[Step, str]], budget_s: float) -> str:
     at = 0.0
     for s, fate in steps:
         at += s.estimate_s if fate == "runs" else 0.0
+        if fate.startswith("skipped: needs about"):  # the check decides again at its turn
+            fate += "; it runs if the runs before it leave that much"
         ends = f"{at:>7.0f}" if fate == "runs" else f"{'-':>7}"
         lines.append(
             f"{s.name:<{w}}{s.pages:>6}{s.start_s:>9.0f}{s.passes_s:>10.0f}"

@@ -396,6 +396,15 @@ def test_a_detached_check_runs_from_its_own_copy_and_its_files_are_collected(tmp
     assert waited.returncode == 0 and waited.stdout == "olmocr: 512 pages, about 173 s\n"
 
 
+def alive(pid: int) -> bool:
+    """A process that runs (a zombie left to a parent that does not reap it has ended)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"
+
+
 def test_a_second_check_is_refused_while_one_runs_and_stop_ends_it(tmp_path) -> None:
     # a plan's "skipped" is decided again at run time: a check may still be running a target its
     # plan skipped, and a second one started beside it would share the GPU and the port
@@ -408,7 +417,15 @@ def test_a_second_check_is_refused_while_one_runs_and_stop_ends_it(tmp_path) -> 
         "DRY_RUN": "1",
         "PYTHON": sys.executable,
     }
-    check = subprocess.Popen(["sleep", "120"], start_new_session=True)  # a check's session
+    # a check, and below it a process of a session of its own (as the worker's vLLM)
+    check = subprocess.Popen(
+        ["bash", "-c", "setsid sleep 120 & echo $!; wait"],
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert check.stdout is not None
+    below = int(check.stdout.readline())
     try:
         (acc / "detached" / ".check.pid").write_text(f"{check.pid}\n")
         (acc / "detached" / "summary.txt").write_text("chandra: 320 pages, about 254 s\n")
@@ -434,6 +451,7 @@ def test_a_second_check_is_refused_while_one_runs_and_stop_ends_it(tmp_path) -> 
         assert stopped.returncode == 0, stopped.stderr
         assert stopped.stdout.startswith(f"check {check.pid} ended")
         assert check.wait(timeout=30) is not None
+        assert not alive(below)  # ended too, though in a session of its own
         started = detached("start", "560", "olmocr")
         assert started.returncode == 0, started.stderr
         assert "plan for a call of 560 s" in started.stdout
@@ -488,8 +506,8 @@ def test_the_check_ends_vllms_processes_but_not_the_shell_that_names_the_launche
         "106 python3 -m vlm_ocr_lab bench --output-tokens 800",
         "107 grep vllm.entrypoints",
     ]
-    procs = (ROOT / "dev/gpu/vllm_procs.sh").read_text()
-    function = re.search(r"^vllm_pids\(\) \{.*?^\}$", procs, re.S | re.M)
+    check = (ROOT / "dev/gpu/check.sh").read_text()
+    function = re.search(r"^vllm_pids\(\) \{.*?^\}$", check, re.S | re.M)
     assert function is not None
     script = f"ps() {{ printf '%s\\n' {shlex.join(listing)}; }}\n{function.group(0)}\nvllm_pids\n"
     out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=30)

@@ -63,7 +63,27 @@ pack() {  # everything of this call so far, in one file
     mv "$out/.check-$label.tmp" "$out/check-$label.tgz"
 }
 
-. dev/gpu/vllm_procs.sh  # vllm_pids, stop_vllm
+vllm_pids() {  # vLLM's processes, by their command lines (its own rename them VLLM::...): a
+  # Python process or a renamed one, never the shell whose command line names the launcher
+  ps -ww -eo pid=,args= |
+    awk '$2 ~ /^VLLM::/ || ($2 ~ /python/ && /vllm\.entrypoints|fork_launcher\.py/) {print $1}'
+}
+
+stop_vllm() {  # nothing of a run may hold the port or the GPU for the next one
+  local pids n
+  pids=$(vllm_pids)
+  [ -z "$pids" ] && return 0
+  # shellcheck disable=SC2086
+  kill $pids 2> /dev/null
+  for n in $(seq 15); do [ -z "$(vllm_pids)" ] && break; sleep 1; done
+  pids=$(vllm_pids)
+  # shellcheck disable=SC2086
+  [ -n "$pids" ] && kill -9 $pids 2> /dev/null
+  for n in $(seq 30); do  # the GPU's memory given back
+    [ -z "$(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2> /dev/null)" ] && break
+    sleep 1
+  done
+}
 
 make_model() {  # $1 generator family, $2 folder
   [ -d "$2" ] && return 0

@@ -15,8 +15,8 @@
 #       bash dev/gpu/check_detached.sh collect WAIT_S
 #     (A host can be taken back between calls: each run's files come back with the first call
 #     after it ends, never a whole WAIT_S later.)
-#   stop: ends the check still running here (its session: the check, the bench, the worker) and
-#     vLLM's processes, so that another may start:  bash dev/gpu/check_detached.sh stop
+#   stop: ends the check still running here and every process below it (the bench, the worker,
+#     its vLLM), so that another may start:  bash dev/gpu/check_detached.sh stop
 # A start while a check still runs is refused: the plan's "skipped" is decided again at each run
 # from the time left, so a check may still be running a target its plan skipped, and two checks
 # would share the GPU and the port.
@@ -24,10 +24,22 @@ set -u
 A=${ACC:-/tmp/acc}
 away=$A/detached
 
-running() {  # the pid (and session) of the check still running here, if any
+alive() { ps -o stat= -p "$1" 2> /dev/null | grep -qv '^Z'; }  # a zombie has ended
+
+running() {  # the pid of the check still running here, if any
   local pid
   pid=$(cat "$away/.check.pid" 2> /dev/null) || return 1
-  [ -n "$pid" ] && kill -0 "$pid" 2> /dev/null && echo "$pid"
+  [ -n "$pid" ] && alive "$pid" && echo "$pid"
+}
+
+tree_of() {  # $1 and every process below it (the worker's vLLM too, in a session of its own)
+  ps -eo pid=,ppid= | awk -v root="$1" '
+    { parent[$1] = $2 }
+    END {
+      for (p in parent)
+        for (q = p; q != "" && q > 1; q = parent[q])
+          if (q == root) { print p; break }
+    }'
 }
 
 case "${1:-}" in
@@ -85,16 +97,18 @@ case "${1:-}" in
     find "$away" -maxdepth 1 -type f ! -name '.*' -exec cp {} "$out/" \;
     cat "$away/summary.txt" 2> /dev/null || tail -5 "$away/check.log"
     ;;
-  stop)
+  stop)  # the check's processes alone: nothing else of the host's is touched
     if pid=$(running); then
-      pkill -TERM -s "$pid"  # setsid made the check's pid its session's id
-      for _ in $(seq 10); do kill -0 "$pid" 2> /dev/null || break; sleep 1; done
-      pkill -KILL -s "$pid"
+      procs=$(tree_of "$pid")
+      # shellcheck disable=SC2086
+      kill -TERM $procs 2> /dev/null
+      for _ in $(seq 15); do alive "$pid" || break; sleep 1; done
+      # shellcheck disable=SC2086
+      kill -KILL $procs 2> /dev/null
       echo "check $pid ended"
     else
       echo "no check is running here"
     fi
-    . dev/gpu/vllm_procs.sh && stop_vllm  # the worker's vLLM runs in a session of its own
     ;;
   *)
     echo "usage: check_detached.sh start BUDGET_S TARGET... | collect WAIT_S | stop" >&2

@@ -98,11 +98,16 @@ def test_cold_start_records_engine_facts(vllm) -> None:
     assert facts["caches"] == {"state": "the container's own (no network volume)"}
 
 
-def test_two_api_servers_share_the_image_preprocessing_with_a_split_start(
+def test_two_api_servers_forked_share_the_image_preprocessing_with_a_split_start(
     loop, tiny_model: Path, tmp_path: Path
 ) -> None:
-    # and START_MODE=fast's flags, which vLLM 0.32 (the image's) takes: no torch.compile,
-    # decode steps as CUDA graphs (the CPU build captures none)
+    # One server for three things (each vLLM start on the CPU is most of a test's time):
+    # - two API servers beside a headless engine (the split start), each preprocessing images;
+    # - START_MODE=fast's flags, which vLLM 0.32 (the image's) takes: no torch.compile, decode
+    #   steps as CUDA graphs (the CPU build captures none);
+    # - VLLM_FORK_SERVER: the engine launcher and the API-server process each start a fork server
+    #   before vLLM builds its config and hand vLLM that context, so the engine core and the API
+    #   servers are the fork servers' children, not spawned ones.
     settings = settings_from(
         engine_env(tiny_model),
         output_dir=tmp_path,
@@ -110,34 +115,11 @@ def test_two_api_servers_share_the_image_preprocessing_with_a_split_start(
         renderer_num_workers=2,  # vLLM takes it beside --mm-processor-cache-gb 0
         start_mode="fast",
         enforce_eager=False,
+        vllm_fork_server=True,
     )
     with serving(loop, settings) as worker:
         server = worker.engine.server.proc.pid  # type: ignore[attr-defined]
-        # the server's children, or its fork server's (VLLM_FORK_SERVER, the default)
         fronts = [p for p in descendants(server) if process_name(p).startswith("VLLM::APIServer")]
-        result = loop.run(worker.run("two-fronts", TWO_PAGES))
-    facts = result.engine
-    assert facts["api_server_count"] == 2 and facts["split_start"] is True
-    assert facts["renderer_num_workers"] == 2 and "--renderer-num-workers" in facts["argv"]
-    assert facts["start_mode"] == "fast" and "--optimization-level" in facts["argv"]
-    assert "--kernel-config" in facts["argv"]  # the JIT warm-up off, which 0.32 takes
-    batched = facts["argv"][facts["argv"].index("--max-num-batched-tokens") + 1]
-    assert str(facts["max_num_batched_tokens"]) == batched  # what the data's rows record
-    assert facts["triton_autotune"] == "off (first valid config)"
-    assert len(fronts) == 2  # the server process runs two API servers
-    assert [p.status for p in result.pages] != [] and all(p.tries for p in result.pages)
-
-
-def test_vllms_own_processes_fork_from_a_fork_server_when_asked(
-    loop, tiny_model: Path, tmp_path: Path
-) -> None:
-    # VLLM_FORK_SERVER: the engine launcher and the API-server process each start a fork server
-    # before vLLM builds its config and hand vLLM that context, so the engine core and the API
-    # servers are the fork servers' children, not spawned ones
-    settings = settings_from(
-        engine_env(tiny_model), output_dir=tmp_path, vllm_fork_server=True, api_server_count=2
-    )
-    with serving(loop, settings) as worker:
         children = {c.role: c for c in worker.engine.server.children}  # type: ignore[attr-defined]
         helpers = {
             role: {p: Path(f"/proc/{p}/cmdline").read_bytes() for p in child_pids(c.proc.pid)}
@@ -150,9 +132,19 @@ def test_vllms_own_processes_fork_from_a_fork_server_when_asked(
             if b"multiprocessing.forkserver" in cmd
         }
         titles = {role: sorted(process_title(p) for p in pids) for role, pids in forked.items()}
-        result = loop.run(worker.run("fork-server", TWO_PAGES))
+        result = loop.run(worker.run("two-fronts", TWO_PAGES))
         base_url = worker.engine.server.base_url  # type: ignore[attr-defined]
         metrics = httpx.get(base_url + "/metrics").text
+    facts = result.engine
+    assert facts["api_server_count"] == 2 and facts["split_start"] is True
+    assert facts["renderer_num_workers"] == 2 and "--renderer-num-workers" in facts["argv"]
+    assert facts["start_mode"] == "fast" and "--optimization-level" in facts["argv"]
+    assert "--kernel-config" in facts["argv"]  # the JIT warm-up off, which 0.32 takes
+    batched = facts["argv"][facts["argv"].index("--max-num-batched-tokens") + 1]
+    assert str(facts["max_num_batched_tokens"]) == batched  # what the data's rows record
+    assert facts["triton_autotune"] == "off (first valid config)"
+    assert len(fronts) == 2  # the server process runs two API servers
+    assert [p.status for p in result.pages] != [] and all(p.tries for p in result.pages)
     for role in ("engine", "server"):
         assert children[role].argv[1:3] == FORK_LAUNCHER
         # each launcher's children are multiprocessing's fork server and resource tracker alone
@@ -162,8 +154,7 @@ def test_vllms_own_processes_fork_from_a_fork_server_when_asked(
         "engine": ["VLLM::EngineCore"],
         "server": ["VLLM::APIServer_0", "VLLM::APIServer_1"],
     }
-    assert result.engine["fork_server"] is True and result.engine["split_start"] is True
-    assert [p.status for p in result.pages] != [] and all(p.tries for p in result.pages)
+    assert facts["fork_server"] is True
     # the API servers' counters reach vLLM's /metrics (summed over its servers), as spawned ones'
     prompt = re.search(r"^vllm:prompt_tokens_total\{[^}]*\} ([\d.e+]+)", metrics, re.M)
     assert prompt is not None and float(prompt.group(1)) > 0, metrics[:2000]

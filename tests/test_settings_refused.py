@@ -76,6 +76,10 @@ def test_any_value_of_any_setting_is_taken_or_refused_by_name(name: str, value: 
         ({"GDN_PREFILL_BACKEND": "cuda"}, "GDN_PREFILL_BACKEND='cuda': not a GDN prefill"),
         ({"CUDA_GRAPH_SIZES": "1,x"}, "CUDA_GRAPH_SIZES='1,x': accepted: batch sizes from 1"),
         ({"VLLM_EXTRA_ARGS": "--a 'b"}, 'VLLM_EXTRA_ARGS="--a \'b": not shell words'),
+        (  # a split start's engine never reads the API servers' shared memory: requests hang
+            {"VLLM_EXTRA_ARGS": "--mm-tensor-ipc=torch_shm"},
+            "VLLM_EXTRA_ARGS: `--mm-tensor-ipc torch_shm` needs one `vllm serve` process",
+        ),
         ({"OPENAI_BASE_URL": "localhost:8000"}, "OPENAI_BASE_URL='localhost:8000': not a URL"),
         ({"BUCKET_PREFIX": "a//b"}, "BUCKET_PREFIX='a//b': not a key prefix; accepted: "),
         ({"RENDER_PROCESSES": "100000"}, "RENDER_PROCESSES='100000': Input should be less"),
@@ -92,6 +96,19 @@ def test_each_unworkable_setting_is_named_with_its_value_and_what_is_accepted(
     assert says in str(refused.value)
     if len(env) > 1:  # every bad variable at once, not the first alone
         assert all(f"{name}=" in str(refused.value) for name in env)
+
+
+def test_vllms_shared_memory_tensors_are_taken_with_one_vllm_serve() -> None:
+    from vlm_ocr.engines.gpu import GpuFacts
+    from vlm_ocr.engines.vllm.argv import ServeSpec, launch_argvs
+
+    one = Settings.from_env(
+        {"VLLM_EXTRA_ARGS": "--mm-tensor-ipc torch_shm", "VLLM_SPLIT_START": "false"}
+    )
+    argvs = launch_argvs(ServeSpec.resolve(one, GpuFacts(), cpus=8), 8000, rpc_port=8100)
+    assert list(argvs) == ["server"]  # one `vllm serve`, its engine core its own child
+    at = argvs["server"].index("--mm-tensor-ipc")
+    assert argvs["server"][at + 1] == "torch_shm"
 
 
 BUCKET_VALUES = {

@@ -12,6 +12,7 @@ them by the test suite.
 
 from __future__ import annotations
 
+import itertools
 import re
 import shlex
 import typing
@@ -523,7 +524,8 @@ class VllmSettings(Group):
         description="Start vLLM as two processes at once: its API server with no engine of its "
         "own, and a headless engine launcher that forks the engine core. Their imports overlap "
         "and the engine core imports nothing again (a faster cold start). `false`: one `vllm "
-        "serve`, which spawns its engine core only after its own imports.",
+        "serve`, which spawns its engine core only after its own imports (what vLLM's "
+        "`--mm-tensor-ipc torch_shm` needs).",
     )
     vllm_fork_server: bool = Field(
         True,
@@ -586,6 +588,21 @@ class VllmSettings(Group):
         except ValueError as exc:
             raise ValueError(f"not shell words ({exc}); accepted: flags as in a shell") from None
         return value
+
+    @model_validator(mode="after")
+    def _tensor_ipc_needs_one_server(self) -> VllmSettings:
+        # vLLM's shared-memory tensor queue joins an API server to the engine core it started
+        # itself: a headless engine started apart never reads it (its input thread fails, the
+        # request waits for ever while /health says ok), and vLLM refuses it in a forked engine.
+        words = shlex.split(self.vllm_extra_args)
+        pairs = [f"{a}={b}" for a, b in itertools.pairwise(words)] + words
+        if self.vllm_split_start and "--mm-tensor-ipc=torch_shm" in pairs:
+            raise ValueError(
+                "VLLM_EXTRA_ARGS: `--mm-tensor-ipc torch_shm` needs one `vllm serve` process "
+                "that starts its engine core itself, which VLLM_SPLIT_START (on) does not; "
+                "accepted: VLLM_SPLIT_START=false with it, or the flag left out"
+            )
+        return self
 
 
 class CpuModelSettings(Group):

@@ -388,7 +388,9 @@ def test_killing_the_engine_core_mid_job_fails_fast_and_exits(
             proc.wait()
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
+# SIGTERM (RunPod stopping a worker) through the worker's handler, which SIGINT shares
+# (`entry/runpod.py`); SIGKILL (the kernel's out-of-memory kill) through the kernel alone.
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_no_engine_outlives_its_worker(
     sig: signal.Signals, tiny_model: Path, tmp_path: Path
 ) -> None:

@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -71,6 +72,36 @@ def test_a_pool_ended_mid_task_starts_no_child_in_place_of_those_it_killed(
             task.result()
         assert pool.pids() == []
     finally:
+        pool.terminate()
+
+
+def test_a_task_waiting_on_a_busy_loop_wakes_when_the_pool_is_ended(loop: WorkerLoop) -> None:
+    # The race a busy machine showed: the pool ended on the main thread while the loop's thread,
+    # busy elsewhere, had not yet polled the task's pipe. The pipe must still wake the task
+    # (its process died) rather than leave it waiting until its timeout.
+    pool = CpuPool(1)
+    inside, go = threading.Event(), threading.Event()
+
+    def busy() -> None:  # the loop's thread, held while the pool is ended
+        inside.set()
+        go.wait(60)
+
+    try:
+        loop.run(pool.start())
+        task = asyncio.run_coroutine_threadsafe(
+            pool.run(time.sleep, 3600, timeout_s=TASK_S), loop.loop
+        )
+        assert pool._idle is not None
+        while pool._idle.qsize():  # the task has its child, and is waiting for its answer
+            time.sleep(0.01)
+        loop.loop.call_soon_threadsafe(busy)
+        assert inside.wait(60)
+        pool.terminate()  # the child is gone before the loop polls again
+        go.set()
+        with pytest.raises(TaskFailed, match="its process died"):
+            task.result()
+    finally:
+        go.set()
         pool.terminate()
 
 

@@ -102,11 +102,12 @@ class _Child:
             self.proc.start()
         child_end.close()
 
-    def kill(self) -> None:
+    def kill(self, close: bool = True) -> None:
         with contextlib.suppress(Exception):
             self.proc.kill()
         self.proc.join(5)
-        self.conn.close()
+        if close:
+            self.conn.close()
 
 
 class CpuPool:
@@ -148,7 +149,8 @@ class CpuPool:
 
     def _replace(self, child: _Child) -> None:
         with self._lock:  # each child is killed once, by whoever takes it out of the set
-            if child not in self._children:  # ended: `terminate` has it
+            if child not in self._children:  # ended: `terminate` killed it, its pipe is ours
+                child.conn.close()
                 return
             self._children.discard(child)
         child.kill()
@@ -220,7 +222,11 @@ class CpuPool:
             children = list(self._children)
             self._children.clear()
         for child in children:
-            child.kill()
+            # The process alone: a task waiting for its answer on the loop's thread wakes on the
+            # pipe's end, and closes it (`_replace`). Closed here, from another thread, before
+            # the loop had polled it, the pipe would leave the loop's poller silently, and that
+            # task would wait until its timeout. An idle child's pipe is closed when dropped.
+            child.kill(close=False)
 
     async def close(self) -> None:
         self.terminate()

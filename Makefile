@@ -69,10 +69,12 @@ lint: $(VENV)/.test
 	$(BIN)/actionlint
 
 # The fast part (CPU engine, loopback S3 and HTTP, render processes, the browser) first, then the
-# tests that run the real vLLM server (CPU build); each prints its own time.
+# tests that run the real vLLM server (CPU build); each prints its own time. The fast part runs
+# on two processes, a test file each at a time (its module's servers started once): most of its
+# time is waiting on subprocesses and loopback servers, so two overlap even on two cores.
 test: lint $(ENGINE_VENV)/.vllm-name $(CHROMIUM) $(CJK_FONT)
 	@echo "== fast tests (no vLLM) =="
-	$(BIN)/pytest -m "not engine"
+	$(BIN)/pytest -m "not engine" -n 2 --dist loadfile
 	@echo "== engine tests (vLLM CPU build) =="
 	$(BIN)/pytest -m engine
 

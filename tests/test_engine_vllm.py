@@ -25,7 +25,7 @@ from vlm_ocr.pipeline.worker import build_worker, start_worker
 from vlm_ocr.settings import EngineKind, Settings
 from vlm_ocr_lab.standins.local_endpoint import worker_environ
 
-from .support import ROOT, b64, page_image, png_bytes, start_api
+from .support import ROOT, alive, b64, page_image, png_bytes, start_api
 from .support.engine import (
     ENGINE_PYTHON,
     SERVER_ENV,
@@ -405,10 +405,10 @@ def test_no_engine_outlives_its_worker(
         proc.send_signal(sig)
         proc.wait(timeout=60)
         for _ in range(300):  # the engine gets SIGTERM from the kernel or the worker
-            if not any(_alive(pid) for pid in engines):
+            if not any(alive(pid) for pid in engines):
                 break
             threading.Event().wait(0.1)
-        assert not any(_alive(pid) for pid in engines)
+        assert not any(alive(pid) for pid in engines)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -417,15 +417,6 @@ def test_no_engine_outlives_its_worker(
 
 def _comm(pid: int) -> str:
     return Path(f"/proc/{pid}/comm").read_text().strip()
-
-
-def _alive(pid: int) -> bool:
-    """Running, not a zombie (a zombie has exited; its parent has not waited for it yet)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_bytes().split(b")")[-1].split()[0]
-    except OSError:
-        return False
-    return state != b"Z"
 
 
 @pytest.mark.parametrize("split", [True, False], ids=["split", "single"])

@@ -19,7 +19,7 @@ from vlm_ocr_lab import measured
 from vlm_ocr_lab.bench import gpu_check
 from vlm_ocr_lab.bench.gpu_check import MAX_PAGES, MIN_PAGES, PASS_S, TARGETS
 
-from .support import ROOT
+from .support import ROOT, alive
 
 OLMOCR = TARGETS["olmocr"].checkpoint
 
@@ -394,15 +394,6 @@ def test_a_detached_check_runs_from_its_own_copy_and_its_files_are_collected(tmp
     assert (out / "check-k1.tgz").read_bytes() == b"run 1"
     waited = detached("collect", "2")  # nothing new: the whole WAIT_S, then the files so far
     assert waited.returncode == 0 and waited.stdout == "olmocr: 512 pages, about 173 s\n"
-
-
-def alive(pid: int) -> bool:
-    """A process that runs (a zombie left to a parent that does not reap it has ended)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError):
-        return False
-    return state != "Z"
 
 
 def test_a_second_check_is_refused_while_one_runs_and_stop_ends_it(tmp_path) -> None:

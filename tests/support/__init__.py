@@ -181,6 +181,15 @@ def handler_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     )
 
 
+def alive(pid: int) -> bool:
+    """Running, not a zombie (a zombie has exited; its parent has not waited for it yet)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_bytes().split(b")")[-1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != b"Z"
+
+
 def start_api(
     env: dict[str, str], *, timeout_s: float, **popen: Any
 ) -> tuple[subprocess.Popen[Any], str]:

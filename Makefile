@@ -68,15 +68,13 @@ lint: $(VENV)/.test
 	$(BIN)/hadolint Dockerfile .runpod/Dockerfile
 	$(BIN)/actionlint
 
-# The fast part (CPU engine, loopback S3 and HTTP, render processes, the browser) first, then the
-# tests that run the real vLLM server (CPU build); each prints its own time. The fast part runs
-# on two processes, a test file each at a time (its module's servers started once): most of its
-# time is waiting on subprocesses and loopback servers, so two overlap even on two cores.
+# One session on three processes, a test file each at a time (its module's servers started
+# once): the tests of the real vLLM server (CPU build, `-m engine`) go first to one process, the
+# fast files (CPU engine, loopback S3 and HTTP, render processes, the browser) to the other two.
+# Much of either part is waiting on subprocesses and loopback servers, so the three overlap even
+# on two cores (CONTRIBUTING.md gives the times).
 test: lint $(ENGINE_VENV)/.vllm-name $(CHROMIUM) $(CJK_FONT)
-	@echo "== fast tests (no vLLM) =="
-	$(BIN)/pytest -m "not engine" -n 2 --dist loadfile
-	@echo "== engine tests (vLLM CPU build) =="
-	$(BIN)/pytest -m engine
+	$(BIN)/pytest -n 3 --dist loadfile --no-loadscope-reorder
 
 clean:
 	rm -rf $(VENV) output .pytest_cache .ruff_cache

@@ -24,6 +24,13 @@ from .support import TEST_PIXELS, make_settings, new_worker, run_job
 from .support.workers import BUCKET, Workers
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The engine tests first: they are the longest file and mostly one after the other (each
+    starts vLLM), so `make test` hands them to one process at once while the others take the
+    fast files (xdist deals files out in this order with `--no-loadscope-reorder`)."""
+    items.sort(key=lambda item: item.get_closest_marker("engine") is None)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def no_outside_settings() -> Iterator[None]:
     """Nothing of the developer's shell reaches a test: no variable the worker reads as a

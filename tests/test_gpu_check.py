@@ -227,6 +227,28 @@ def test_an_unknown_target_is_refused_by_name() -> None:
         gpu_check.step("olmocr:tepid", [])
 
 
+def test_a_setting_with_spaces_reaches_its_run_whole() -> None:
+    # two flags in VLLM_EXTRA_ARGS: the planner's output evaluated and exported as check.sh does
+    flags = "--mm-processor-cache-type=shm --mm-processor-cache-gb=8"
+    s = gpu_check.step(f"lighton-ocr-3-0.8b,VLLM_EXTRA_ARGS={flags},MAX_NUM_SEQS=384", [], "0.32")
+    assert s.settings["VLLM_EXTRA_ARGS"] == flags
+    [export] = [
+        x.strip()
+        for x in (ROOT / "dev/gpu/check.sh").read_text().splitlines()
+        if "export $run_env" in x
+    ]
+    script = f'eval "$STEP"; {export}; printf "%s|%s" "$VLLM_EXTRA_ARGS" "$MAX_NUM_SEQS"'
+    ran = subprocess.run(
+        ["bash", "-c", script],
+        env={"STEP": s.shell(5000), "PATH": os.environ["PATH"]},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout == f"{flags}|384"
+
+
 def test_a_spec_names_the_workers_settings_for_its_run_alone() -> None:
     rows = [run(engine_ready_s=276.8, pages_per_s=3.96, direct_pages_per_s=3.24)]
     s = gpu_check.step("chandra,MAX_NUM_SEQS=512,START_MODE=fast", rows, "0.32")

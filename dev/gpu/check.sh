@@ -99,8 +99,8 @@ make_model() {  # $1 generator family, $2 folder
 
 run_one() {  # in a subshell: the run's own environment, and env.sh sourced with it
   local dir=$1 log=$2 n=$3 pages_args
-  # shellcheck disable=SC2086
-  [ -n "$run_env" ] && export $run_env
+  # the planner quotes each VAR=VALUE (a value may hold spaces: two flags in VLLM_EXTRA_ARGS)
+  [ -n "$run_env" ] && eval "export $run_env"
   . dev/gpu/env.sh
   if [ "$kind" = fresh ]; then
     pages_args=(--pages $((pages / 2)) --jobs 2 --direct)

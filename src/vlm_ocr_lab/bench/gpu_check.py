@@ -154,16 +154,19 @@ class Step:
             "pages": str(self.pages),
             "estimate": str(math.ceil(self.estimate_s)),
             "limit": str(self.time_limit_s(left_s)),
-            "run_env": " ".join(_pairs(self.env | self.settings)),
+            # each pair quoted: check.sh exports them with `eval`, a value may hold spaces
+            "run_env": " ".join(shlex.quote(p) for p in _pairs(self.env | self.settings)),
             "engines": str(self.engines),
             "skip": "",
         }
         return " ".join(f"{k}={shlex.quote(v)}" for k, v in values.items())
 
 
-# A setting's value in a spec: it travels as one word of `export` in the check's shell (an `=`
-# inside it is a vLLM flag's own, as in `--kernel-config.enable_jit_warmup=false`)
+# A setting's value in a spec: one word (an `=` inside it is a vLLM flag's own, as in
+# `--kernel-config.enable_jit_warmup=false`); vLLM's extra flags may be several words, one space
+# apart (the check's shell exports each VAR=VALUE quoted)
 _VALUE = re.compile(r"[A-Za-z0-9_.:/+=-]+")
+_WORDS = re.compile(rf"{_VALUE.pattern}( {_VALUE.pattern})*")
 _SETTINGS = {env_name(name) for name in Settings.GROUP_OF}
 # The check's own variables a spec may set: check.sh reads them, the worker does not, so a row's
 # overrides never hold them (its note does). PYSPY_HZ: sample the run's processes with py-spy.
@@ -202,11 +205,13 @@ def parse_spec(spec: str) -> tuple[Target, measured.Start, dict[str, str]]:
     settings = {}
     for pair in pairs:
         var, eq, value = pair.partition("=")
-        if not eq or var not in _SETTINGS | _CHECK_OWN or not _VALUE.fullmatch(value):
+        plain = (_WORDS if var == "VLLM_EXTRA_ARGS" else _VALUE).fullmatch(value)
+        if not eq or var not in _SETTINGS | _CHECK_OWN or not plain:
             raise ValueError(
                 f"{spec!r}: {pair!r} is not VAR=VALUE with VAR one of the worker's settings "
                 f"(or the check's own: {', '.join(sorted(_CHECK_OWN))}) "
-                "and VALUE letters, digits and ._:/+=- alone"
+                "and VALUE letters, digits and ._:/+=- alone "
+                "(VLLM_EXTRA_ARGS: such words, one space apart)"
             )
         settings[var] = value
     engines = settings.get("ENGINES_ON_GPU", "1")

@@ -507,6 +507,31 @@ def test_a_detached_check_is_refused_where_the_bundle_is_not_unpacked(tmp_path) 
     assert "no check was started on this host" in collected.stderr
 
 
+def test_a_check_that_would_sample_with_py_spy_is_refused_where_py_spy_is_not(tmp_path) -> None:
+    # py-spy comes with the call that starts the check: a PYSPY_HZ run without it would run
+    # unsampled while its row's note still named the setting
+    acc, out, project = tmp_path / "acc", tmp_path / "out", tmp_path / "project"
+    for site in ("wsite", "site32"):  # the bundle unpacked, py-spy not beside it
+        (acc / site).mkdir(parents=True)
+    out.mkdir()
+    project.mkdir()  # the project without a developer's .gpu-bundle (py-spy may be in it)
+    for part in ("benchmarks", "builder", "dev", "examples", "src", "pyproject.toml"):
+        (project / part).symlink_to(ROOT / part)
+    env = {k: v for k, v in os.environ.items() if k not in ("OUT", "DRY_RUN")}
+    started = subprocess.run(
+        ["bash", "dev/gpu/check_detached.sh", "start", "560", "olmocr", "chandra,PYSPY_HZ=20"],
+        cwd=project,
+        env=env | {"ACC": str(acc), "OUT": str(out), "VLLM": "0.32", "PYTHON": sys.executable},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert started.returncode == 3, started.stdout
+    assert f"a target sets PYSPY_HZ but {acc}/py-spy is missing" in started.stderr
+    assert "carry .gpu-bundle/py-spy" in started.stderr
+    assert not (acc / "check").exists()  # nothing of a run began
+
+
 def test_the_check_ends_vllms_processes_but_not_the_shell_that_names_the_launcher() -> None:
     # its stop_vllm kills what vllm_pids lists between runs: once it listed the host command's own
     # shell, whose line named fork_launcher.py, and the call died after its plan

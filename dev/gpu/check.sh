@@ -46,6 +46,17 @@ if [ "${DRY_RUN:-0}" = 1 ]; then
 fi
 A=${ACC:-/tmp/acc}  # where the bundle is unpacked (dev/gpu/env.sh)
 out=${OUT:?set OUT: the folder whose files come back}
+# py-spy comes with the call that starts the check (carry .gpu-bundle/py-spy) and is put beside
+# the bundle; a PYSPY_HZ target without it would run unsampled, its row none the wiser: refuse
+# before anything runs
+[ -x .gpu-bundle/py-spy ] && [ ! -x "$A/py-spy" ] && mkdir -p "$A" && cp .gpu-bundle/py-spy "$A/"
+case " $* " in *,PYSPY_HZ=*)
+  if [ ! -x "$A/py-spy" ]; then
+    echo "a target sets PYSPY_HZ but $A/py-spy is missing: carry .gpu-bundle/py-spy with the" \
+      "call that starts the check" >&2
+    exit 3
+  fi ;;
+esac
 label=${LABEL:-call-$(date +%H%M%S)}
 work=$A/check
 logs=$work/logs-$label

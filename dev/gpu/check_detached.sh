@@ -66,16 +66,26 @@ case "${1:-}" in
     fi
     rm -rf "$A/tree" "$away" && mkdir -p "$A/tree" "$away" || exit 1
     cp -r benchmarks builder dev examples src pyproject.toml "$A/tree/" || exit 1
-    if [ -d .gpu-bundle/vllm-cache-seed ]; then
-      mkdir -p "$A/tree/.gpu-bundle" && cp -r .gpu-bundle/vllm-cache-seed "$A/tree/.gpu-bundle/"
-    fi
+    for part in vllm-cache-seed py-spy; do  # carried with this call: the check looks for them
+      if [ -e ".gpu-bundle/$part" ]; then
+        mkdir -p "$A/tree/.gpu-bundle" && cp -r ".gpu-bundle/$part" "$A/tree/.gpu-bundle/"
+      fi
+    done
     touch "$away/.collected"  # what collect brought back last: nothing yet
     (cd "$A/tree" || exit 1
       OUT=$away setsid nohup bash dev/gpu/check.sh "$@" > "$away/check.log" 2>&1 < /dev/null &
       echo $! > "$away/.check.pid")  # setsid's own pid: no group leader here, so it does not fork
     # the plan is the check's first output, once the bundle is unpacked and compiled
-    for _ in $(seq 120); do grep -q '^run ' "$away/check.log" 2> /dev/null && break; sleep 1; done
+    for _ in $(seq 120); do
+      grep -q '^run ' "$away/check.log" 2> /dev/null && break
+      alive "$(cat "$away/.check.pid")" || break
+      sleep 1
+    done
     sleep 1
+    if ! grep -q '^run ' "$away/check.log" && ! alive "$(cat "$away/.check.pid")"; then
+      cat "$away/check.log" >&2  # it ended before its plan: its refusal
+      exit 3
+    fi
     cat "$away/check.log"
     ;;
   collect)

@@ -91,12 +91,12 @@ def test_a_task_waiting_on_a_busy_loop_wakes_when_the_pool_is_ended(loop: Worker
         task = asyncio.run_coroutine_threadsafe(
             pool.run(time.sleep, 3600, timeout_s=TASK_S), loop.loop
         )
-        assert pool._idle is not None
+        assert pool.started
         for _ in range(6000):  # until the task has its child, and waits for its answer
-            if not pool._idle.qsize():
+            if not pool.idle():
                 break
             time.sleep(0.01)
-        assert not pool._idle.qsize()
+        assert not pool.idle()
         loop.loop.call_soon_threadsafe(busy)
         assert inside.wait(60)
         pool.terminate()  # the child is gone before the loop polls again

@@ -212,6 +212,10 @@ class CpuPool:
             loop.remove_reader(fd)
         return conn.recv()
 
+    def idle(self) -> int:
+        """How many children wait for a task now (none before `start`); a read from any thread."""
+        return self._idle.qsize() if self._idle is not None else 0
+
     def pids(self) -> list[int]:
         """The live children's process ids (to watch or measure them from outside)."""
         return [c.proc.pid for c in self._children if c.proc.pid is not None]

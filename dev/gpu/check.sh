@@ -16,7 +16,8 @@
 # PAGE_ARITH=1 first times each family's page arithmetic alone on the host's own torch
 # (dev/gpu/page_arith.py, PAGE_ARITH_PAGES's configs and pages; about a minute): page-arith.jsonl,
 # rows to append to benchmarks/page_arith.jsonl.
-# A target's PYSPY_HZ=N samples its run with py-spy (dev/gpu/pyspy_summary.py reads it); its
+# A target's PYSPY_HZ=N samples its run with py-spy (carry .gpu-bundle/py-spy with the call that
+# starts the check; dev/gpu/pyspy_summary.py reads the samples); its
 # ENGINES_ON_GPU=N runs N benches whose engines share the GPU (their rows: shared-rows.jsonl); its
 # DIRECT_FIRST=1 runs the direct path before the worker's pass (a first busy minute told apart).
 # Every run sends a family's greedy attempt at temperature 1 (a stand-in's greedy answer repeats
@@ -120,7 +121,7 @@ run_one() {  # in a subshell: the run's own environment, and env.sh sourced with
     pages_args=(--pages 0 --jobs 1)
   fi
   # PYSPY_HZ=N (a run's setting: chandra:warm,PYSPY_HZ=20) samples every process of the run with
-  # py-spy (carried to $A/py-spy), idle threads too, into TAG-pyspy.json (speedscope's format,
+  # py-spy (at $A/py-spy: see the top), idle threads too, into TAG-pyspy.json (speedscope's format,
   # samples in order): dev/gpu/pyspy_summary.py reads where each process's time went
   local profile=()
   if [ -n "${PYSPY_HZ:-}" ] && [ -x "$A/py-spy" ]; then

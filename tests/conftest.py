@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from vlm_ocr.contract import JobResult
+from vlm_ocr.engines import model_files
 from vlm_ocr.engines.rapidocr import RapidOcrEngine
 from vlm_ocr.entry.runtime import WorkerLoop
 from vlm_ocr.images import Budget
@@ -42,6 +43,16 @@ def no_outside_settings() -> Iterator[None]:
     saved = {k: os.environ.pop(k) for k in names}
     yield
     os.environ.update(saved)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_network_volume(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Nor does the machine's /runpod-volume, which the worker in a test's process would take for
+    RunPod's network volume (the compile caches and models on it): a test names a volume of its
+    own where it wants one."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(model_files, "NETWORK_VOLUME", tmp_path_factory.mktemp("x") / "no-volume")
+        yield
 
 
 @pytest.fixture(autouse=True)

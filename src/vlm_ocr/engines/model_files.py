@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,9 @@ _COMMIT = re.compile(r"[0-9a-f]{40}")
 @dataclass(frozen=True)
 class ModelFiles:
     settings: ModelSettings
-    volume: Path = NETWORK_VOLUME
+    # read when a ModelFiles is made, not when the class is: the test suite points it away from
+    # a machine's own /runpod-volume
+    volume: Path = field(default_factory=lambda: NETWORK_VOLUME)
 
     @property
     def name(self) -> str:

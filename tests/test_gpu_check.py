@@ -9,6 +9,7 @@ import math
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -530,6 +531,26 @@ def test_a_check_that_would_sample_with_py_spy_is_refused_where_py_spy_is_not(tm
     assert f"a target sets PYSPY_HZ but {acc}/py-spy is missing" in started.stderr
     assert "carry .gpu-bundle/py-spy" in started.stderr
     assert not (acc / "check").exists()  # nothing of a run began
+
+
+def test_the_check_runs_on_the_gpu_host_alone(tmp_path) -> None:
+    # its env.sh makes /runpod-volume for the compile caches: on a machine without a GPU the
+    # worker would then take that folder for RunPod's network volume
+    path = tmp_path / "bin"  # a machine without nvidia-smi, whatever this one has
+    path.mkdir()
+    (path / "date").symlink_to(shutil.which("date") or "/bin/date")
+    ran = subprocess.run(
+        [shutil.which("bash") or "/bin/bash", "dev/gpu/check.sh", "560", "olmocr"],
+        cwd=ROOT,
+        env={"PATH": str(path), "ACC": str(tmp_path / "acc"), "OUT": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert ran.returncode == 3
+    assert "check.sh runs on the GPU host (no nvidia-smi here)" in ran.stderr
+    assert "DRY_RUN=1 prints its plan anywhere" in ran.stderr
+    assert not (tmp_path / "acc" / "check").exists()  # nothing of a run began
 
 
 def test_the_check_ends_vllms_processes_but_not_the_shell_that_names_the_launcher() -> None:

@@ -58,6 +58,12 @@ case " $* " in *,PYSPY_HZ=*)
     exit 3
   fi ;;
 esac
+# The GPU host's alone: env.sh makes /runpod-volume for the compile caches, and on another machine
+# the worker would then take that folder for RunPod's network volume
+if ! command -v nvidia-smi > /dev/null; then
+  echo "check.sh runs on the GPU host (no nvidia-smi here); DRY_RUN=1 prints its plan anywhere" >&2
+  exit 3
+fi
 label=${LABEL:-call-$(date +%H%M%S)}
 work=$A/check
 logs=$work/logs-$label

@@ -4,7 +4,8 @@ itself needs the engine's server: docs/tools.md says how to make one on the CPU 
 from __future__ import annotations
 
 import io
-import os
+import subprocess
+import sys
 
 from PIL import Image
 
@@ -25,8 +26,31 @@ def test_a_family_on_a_grid_is_measured_on_it_and_off_it_with_the_same_page() ->
     assert (alone.width, alone.height) == (1089, 1540)
 
 
+# A process of a group of its own: the suite's group holds processes that end between two reads,
+# and a process's CPU leaves the sum with it. It burns some CPU and says so, then more at a word.
+BURN = (
+    "import sys; sum(i * i for i in range(1_000_000)); print(flush=True); sys.stdin.readline(); "
+    "sum(i * i for i in range(3_000_000)); print(flush=True); sys.stdin.readline()"
+)
+
+
 def test_the_cpu_of_a_process_group_is_read_from_proc() -> None:
-    before = group_cpu_s(os.getpgid(0))
-    sum(i * i for i in range(3_000_000))  # some CPU in this group
-    assert group_cpu_s(os.getpgid(0)) > before > 0
+    child = subprocess.Popen(
+        [sys.executable, "-c", BURN],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    assert child.stdin is not None and child.stdout is not None
+    try:
+        child.stdout.readline()  # up, some CPU spent
+        before = group_cpu_s(child.pid)
+        child.stdin.write("\n")
+        child.stdin.flush()
+        child.stdout.readline()  # some CPU in its group
+        assert group_cpu_s(child.pid) > before > 0
+    finally:
+        child.kill()
+        child.wait()
     assert group_cpu_s(2**22 + 12_345) == 0.0  # a group with no process: nothing to read

@@ -85,7 +85,12 @@ class Router:
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
         port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600))
+        # a connection a job: the worker's server closes an idle kept-alive one after 5 s, and a
+        # job sent on it as it closes would read as the worker lost (and take the worker away)
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(force_close=True),
+            timeout=aiohttp.ClientTimeout(total=600),
+        )
         self._serving = [asyncio.create_task(self._serve(url)) for url in self.workers]
         return f"http://127.0.0.1:{port}/v2"
 

@@ -214,6 +214,24 @@ def corpus_of(*paths: Path) -> Corpus:
     return Corpus([str(p) for p in paths], [], BUCKET, results_prefix="ocr/")
 
 
+def test_the_time_left_knows_which_documents_have_pages_to_read(workers, s3, prefix, tmp_path):
+    folder = tmp_path / "three"
+    pdf(folder / "a.pdf", 2, first=70)
+    (folder / "copy").mkdir()
+    (folder / "copy/a.pdf").write_bytes((folder / "a.pdf").read_bytes())  # the same file again
+    (folder / "letter.pdf").write_text("Dear sir, this is no PDF.")
+    options = Options("e", base=prefix, poll_s=0.1)
+
+    for earlier in (0, 1):  # the second run finds a.pdf finished
+        run = run_corpus(workers, corpus_of(folder), options, CorpusOptions())
+        asyncio.run(run.run())
+        p = run.progress
+        assert (p.documents_total, p.opened, p.earlier, p.duplicates, p.unopened) == (
+            3, 1 - earlier, earlier, 1, 1,
+        )  # fmt: skip
+        assert p.pages_estimated() == p.pages_expected == 2 - 2 * earlier
+
+
 def test_an_interrupted_run_goes_on_with_only_what_is_missing(workers, s3, prefix, tmp_path):
     folder = tmp_path / "five"
     for n, pages in enumerate((2, 1, 3, 1, 2)):

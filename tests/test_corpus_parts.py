@@ -1,15 +1,17 @@
 """The corpus client's parts on their own: the listing as a stream, the gate on jobs in flight
-and its default, the document checks, and the summary's cost."""
+and its default, the document checks, the time left, and the summary's cost."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from vlm_ocr import samples
+from vlm_ocr.client.corpus import Progress
 from vlm_ocr.client.documents import Limits, Listed, Refused, examine, local_identity
 from vlm_ocr.client.endpoint import worker_count
 from vlm_ocr.client.gate import MAX_AUTO_IN_FLIGHT, Gate, Plan, poll_interval
@@ -155,6 +157,21 @@ def test_the_summary_prices_the_workers_time_and_says_whether_all_is_ok() -> Non
     assert "US$600.000 per 1,000 pages" in text  # three pages stored this run
     assert "c.pdf: refused: the PDF has no pages" in text
     assert summary.as_json()["cost_usd"] == 1.8
+
+
+def test_the_time_left_counts_no_pages_for_duplicates_and_documents_finished_before() -> None:
+    # ten listed: three opened (30 pages, 15 stored), one unreadable, one an earlier run
+    # finished, two duplicates; the three not known yet are taken as ten pages each
+    progress = Progress(
+        documents_total=10, documents_taken=7, opened=3, unopened=1, earlier=1, duplicates=2
+    )
+    progress.pages_expected, progress.pages_stored = 30, 15
+    progress.started = time.monotonic() - 100  # 0.15 pages/s
+    assert progress.pages_estimated() == 30 + 3 * 10
+    assert progress.left_s() == pytest.approx((60 - 15) / 0.15, rel=1e-3)
+    progress.pages_failed = 5  # failed pages are not read again
+    assert progress.left_s() == pytest.approx((60 - 20) / 0.15, rel=1e-3)
+    assert Progress(documents_total=None, pages_expected=8).pages_estimated() == 8
 
 
 def test_a_list_can_come_from_standard_input(tmp_path: Path, monkeypatch) -> None:

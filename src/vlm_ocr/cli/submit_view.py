@@ -66,13 +66,6 @@ class View:
         )
         return "; ".join(parts)
 
-    def expected(self) -> int:
-        """Pages the bar runs to: the documents taken on, and as many a document for the rest."""
-        p = self.progress
-        working = max(p.documents_taken - p.earlier, 1)
-        later = 0 if p.documents_total is None else max(p.documents_total - p.documents_taken, 0)
-        return p.pages_expected + round(later * p.pages_expected / working)
-
     # --- drawing ----------------------------------------------------------------------------
 
     def draw(self) -> None:
@@ -89,11 +82,14 @@ class View:
             from tqdm import tqdm
 
             self._bar = tqdm(
-                total=self.expected(), unit="page", desc=self.single or "pages", file=self.stream
+                total=p.pages_estimated(),
+                unit="page",
+                desc=self.single or "pages",
+                file=self.stream,
             )
         bar = self._bar
         done = p.pages_stored + p.pages_failed
-        bar.total = max(self.expected(), done)
+        bar.total = max(p.pages_estimated(), done)
         bar.update(done - bar.n)  # (tqdm's pace and time left follow its updates)
         if not self.single:
             failed = f", {p.pages_failed} pages failed" if p.pages_failed else ""

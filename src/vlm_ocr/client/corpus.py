@@ -64,6 +64,8 @@ class Progress:
     documents: Counter[str] = field(default_factory=Counter)
     earlier: int = 0
     duplicates: int = 0  # listed again, or the same file in another folder: not sent
+    opened: int = 0  # documents this run works on (their pages counted in pages_expected)
+    unopened: int = 0  # documents that ended before they were opened (unreadable, refused)
     pages_expected: int = 0  # pages of the documents this run works on
     pages_stored: int = 0
     pages_failed: int = 0
@@ -89,16 +91,22 @@ class Progress:
     def pages_per_s(self) -> float:
         return self.pages_stored / max(time.monotonic() - self.started, 1e-9)
 
+    def pages_estimated(self) -> int:
+        """The run's pages: those of the documents opened, and as many a document as those
+        have for each whose pages are not known yet (not taken on, or not opened yet); the
+        duplicates and the documents an earlier run finished have none."""
+        if self.documents_total is None or not self.opened:
+            return self.pages_expected
+        known = self.opened + self.unopened + self.earlier + self.duplicates
+        unknown = max(self.documents_total - known, 0)
+        return self.pages_expected + round(unknown * self.pages_expected / self.opened)
+
     def left_s(self) -> float | None:
-        """Time left at the pace so far: the pages of the documents taken on and not done,
-        and as many a document for those not taken on yet."""
-        rate = self.pages_per_s()
+        """Time left at the pace so far, for the pages estimated and not stored or failed."""
         if not self.pages_stored or self.documents_total is None:
             return None
-        working = max(self.documents_taken - self.earlier, 1)
-        later = max(self.documents_total - self.documents_taken, 0)
-        pages = self.pages_expected - self.pages_stored - self.pages_failed
-        return max(pages + later * self.pages_expected / working, 0) / rate
+        left = self.pages_estimated() - self.pages_stored - self.pages_failed
+        return max(left, 0) / self.pages_per_s()
 
 
 class CorpusRun:
@@ -295,6 +303,7 @@ class CorpusRun:
     def _started(self, manifest: DocumentManifest) -> None:
         """A document this run works on: its pages not stored yet, and the size of the jobs it
         sends."""
+        self.progress.opened += 1
         self.progress.pages_expected += manifest.page_count - sum(p.stored for p in manifest.pages)
         for part in manifest.parts:
             if not part.settled:
@@ -336,6 +345,8 @@ class CorpusRun:
         p.documents[line.status] += 1
         if line.earlier:
             p.earlier += 1
+        elif sub is None or sub.manifest is None:
+            p.unopened += 1
         elif line.status in ("partial", "failed"):
             p.pages_failed += line.failed
         if line.status != "ok" and not self.single:  # one document's outcome is printed after

@@ -28,7 +28,7 @@ class ClosingWorker(socketserver.ThreadingTCPServer):
         class Handler(socketserver.StreamRequestHandler):
             def handle(handler) -> None:
                 answered = False
-                while request := read_request(handler.rfile):
+                while (request := read_request(handler.rfile)) is not None:
                     if answered:  # a second request on the connection: reset, no answer
                         self.resets += 1
                         linger = struct.pack("ii", 1, 0)

@@ -4,67 +4,40 @@ from __future__ import annotations
 
 import json
 import socket
-import socketserver
 import struct
-import threading
 
 import httpx
 
 from vlm_ocr_lab.standins.local_endpoint import API_KEY, Router
+from vlm_ocr_lab.standins.loopback_http import JsonHandler, LoopbackHTTP
 
 
-class ClosingWorker(socketserver.ThreadingTCPServer):
+class ClosingWorker(LoopbackHTTP):
     """A worker's `/runsync` that keeps a connection open after its answer and resets it when a
     second request comes on it: a request meeting the worker's server as it closes an idle
     kept-alive connection (uvicorn's, after 5 s), made certain instead of a matter of timing."""
 
-    daemon_threads = True
-    allow_reuse_address = True
-
     def __init__(self) -> None:
         self.requests = 0
         self.resets = 0
+        worker = self
 
-        class Handler(socketserver.StreamRequestHandler):
-            def handle(handler) -> None:
-                answered = False
-                while (request := read_request(handler.rfile)) is not None:
-                    if answered:  # a second request on the connection: reset, no answer
-                        self.resets += 1
-                        linger = struct.pack("ii", 1, 0)
-                        handler.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger)
-                        return
-                    self.requests += 1
-                    body = json.dumps({"status": "COMPLETED", "output": {"read": request}})
-                    handler.wfile.write(
-                        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                        b"Connection: keep-alive\r\n"
-                        + f"Content-Length: {len(body)}\r\n\r\n{body}".encode()
-                    )
-                    handler.wfile.flush()
-                    answered = True
+        class Handler(JsonHandler):  # one a connection
+            answered = False
 
-        super().__init__(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.serve_forever, daemon=True).start()
+            def do_POST(self) -> None:
+                job = self.request_json()
+                if self.answered:  # a second request on the connection: reset, no answer
+                    worker.resets += 1
+                    linger = struct.pack("ii", 1, 0)
+                    self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger)
+                    self.close_connection = True
+                    return
+                worker.requests += 1
+                self._send(json.dumps({"status": "COMPLETED", "output": job}).encode())
+                self.answered = True
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-
-def read_request(rfile) -> int | None:
-    """The next request's body length, once its head and body are read; None when the
-    connection ends."""
-    length = 0
-    line = rfile.readline()
-    if not line:
-        return None
-    while (line := rfile.readline()) not in (b"\r\n", b""):
-        name, _, value = line.decode().partition(":")
-        if name.strip().lower() == "content-length":
-            length = int(value)
-    rfile.read(length)
-    return length
+        super().__init__(Handler)
 
 
 def test_jobs_one_after_another_on_a_worker_that_closes_idle_connections_all_complete() -> None:
@@ -82,5 +55,4 @@ def test_jobs_one_after_another_on_a_worker_that_closes_idle_connections_all_com
         assert worker.requests == 3 and worker.resets == 0
     finally:
         router.stop()
-        worker.shutdown()
-        worker.server_close()
+        worker.close()

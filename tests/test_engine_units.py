@@ -3,6 +3,7 @@ selection, the log."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -141,6 +142,48 @@ def test_argv_options() -> None:
     assert argv[argv.index("--port") + 1] == "9000"
     assert "--enforce-eager" in argv and "--compilation-config" not in argv
     assert argv[-4:] == ["--seed", "7", "--foo", "a b"]
+
+
+def test_extra_keys_of_a_json_flag_join_the_workers_own_instead_of_replacing_it() -> None:
+    def flags(extra: str) -> tuple[list[str], dict[str, object], dict[str, object]]:
+        argv = server_argv(spec(H100, start_mode="throughput", vllm_extra_args=extra), 9000)
+        objects = [json.loads(argv[argv.index(f) + 1]) for f in FLAGS]
+        assert [argv.count(f) for f in FLAGS] == [1, 1]  # one of each, which vLLM reads
+        return argv, objects[0], objects[1]
+
+    FLAGS = ("--compilation-config", "--limit-mm-per-prompt")
+    _, worker_config, worker_limits = flags("")
+    pinned = worker_config["cudagraph_capture_sizes"]
+    inductor = worker_config["inductor_compile_config"]
+    assert pinned[-1] == 192 and inductor and worker_limits == {"image": 1, "video": 0}
+    # vLLM's dotted keys, `=` or a word apart, its short name, `_` for `-`, JSON objects
+    argv, config, limits = flags(
+        "--compilation-config.compile_mm_encoder=true -cc.inductor_compile_config.x 1 "
+        "--compilation_config.mode 3 --limit-mm-per-prompt '{\"image\": 2}' --seed 7"
+    )
+    assert config == {
+        "cudagraph_capture_sizes": pinned,
+        "inductor_compile_config": {**inductor, "x": 1},
+        "compile_mm_encoder": True,
+        "mode": 3,
+    }
+    assert limits == {"image": 2, "video": 0} and argv[-2:] == ["--seed", "7"]
+    # a key given wins; `+` appends to a list as in vLLM; an object's keys merge into the worker's
+    _, config, _ = flags(
+        "--compilation-config.cudagraph_capture_sizes+ 256,384 "
+        '--compilation-config \'{"cudagraph_mode": "PIECEWISE"}\''
+    )
+    assert config == {
+        **worker_config,
+        "cudagraph_capture_sizes": [*pinned, 256, 384],
+        "cudagraph_mode": "PIECEWISE",
+    }
+    _, config, _ = flags("-cc.cudagraph_capture_sizes [8]")
+    assert config == {**worker_config, "cudagraph_capture_sizes": [8]}
+    # what is not an object, or a JSON flag the worker does not pass, follows the worker's flags
+    argv, config, _ = flags('-cc 3 --speculative-config \'{"method": "ngram"}\'')
+    assert config == worker_config
+    assert argv[-4:] == ["-cc", "3", "--speculative-config", '{"method": "ngram"}']
 
 
 def test_a_split_start_is_one_server_and_one_headless_engine_on_the_same_flags() -> None:

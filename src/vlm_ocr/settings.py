@@ -398,8 +398,9 @@ class VllmSettings(Group):
 
     gdn_prefill_backend: str = Field(
         "triton",
-        description="`--gdn-prefill-backend`; `triton` avoids the FlashInfer kernel that is "
-        "JIT-compiled (and can be OOM-killed) on Hopper.",
+        description="`--gdn-prefill-backend`; `triton`: the Triton kernel, which read more pages "
+        "a second than FlashInfer's on vLLM 0.32, where vLLM 0.26 JIT-compiled FlashInfer's on "
+        "Hopper at start and could be OOM-killed (docs/models.md).",
     )
     kv_cache_dtype: str | None = Field(
         None,
@@ -508,7 +509,13 @@ class VllmSettings(Group):
         "servers; from 0.32, which preprocesses images on one thread of each API server "
         "whatever this says, 1 (vLLM's own).",
     )
-    vllm_extra_args: str = Field("", description="Extra `vllm serve` flags, shell-quoted.")
+    vllm_extra_args: str = Field(
+        "",
+        description="Extra `vllm serve` flags, shell-quoted, after the worker's (vLLM takes the "
+        "last of a flag given twice). A flag the worker passes as a JSON object takes their keys "
+        "into its own, as an object or in vLLM's dotted form "
+        "(`--compilation-config.compile_mm_encoder=true` keeps the worker's CUDA graph sizes).",
+    )
     vllm_python: str = Field(
         "python3", description="Interpreter of the environment that has vLLM installed."
     )

@@ -20,6 +20,7 @@ from ...settings import Settings, StartMode, VllmSettings
 from ..families import Family, default_family
 from ..families.base import BATCHED_TOKENS
 from ..gpu import GpuFacts
+from .extra_args import merge_extra_args
 
 # What the `vllm` command runs, after vLLM's interpreter
 VLLM_CLI = ["-m", "vllm.entrypoints.cli.main"]
@@ -350,8 +351,7 @@ def server_argv(spec: ServeSpec, port: int) -> list[str]:
         vllm, spec.start_mode, spec.max_num_seqs, spec.cuda, vllm_release(spec.vllm_version)
     )
     argv += spec.family_args
-    argv += shlex.split(vllm.vllm_extra_args)
-    return argv
+    return merge_extra_args(argv, shlex.split(vllm.vllm_extra_args))
 
 
 def launch_argvs(spec: ServeSpec, port: int, rpc_port: int = 0) -> dict[str, list[str]]:

@@ -145,29 +145,33 @@ def test_argv_options() -> None:
 
 
 def test_extra_keys_of_a_json_flag_join_the_workers_own_instead_of_replacing_it() -> None:
+    names = ("--compilation-config", "--limit-mm-per-prompt")
+
     def flags(extra: str) -> tuple[list[str], dict[str, object], dict[str, object]]:
         argv = server_argv(spec(H100, start_mode="throughput", vllm_extra_args=extra), 9000)
-        objects = [json.loads(argv[argv.index(f) + 1]) for f in FLAGS]
-        assert [argv.count(f) for f in FLAGS] == [1, 1]  # one of each, which vLLM reads
+        objects = [json.loads(argv[argv.index(f) + 1]) for f in names]
+        assert [argv.count(f) for f in names] == [1, 1]  # one of each, which vLLM reads
         return argv, objects[0], objects[1]
 
-    FLAGS = ("--compilation-config", "--limit-mm-per-prompt")
     _, worker_config, worker_limits = flags("")
     pinned = worker_config["cudagraph_capture_sizes"]
     inductor = worker_config["inductor_compile_config"]
     assert pinned[-1] == 192 and inductor and worker_limits == {"image": 1, "video": 0}
     # vLLM's dotted keys, `=` or a word apart, its short name, `_` for `-`, JSON objects
     argv, config, limits = flags(
-        "--compilation-config.compile_mm_encoder=true -cc.inductor_compile_config.x 1 "
-        "--compilation_config.mode 3 --limit-mm-per-prompt '{\"image\": 2}' --seed 7"
+        "--seed 7 --compilation-config.compile_mm_encoder=true -cc.inductor_compile_config.x 1 "
+        "--gpu_memory_utilization=0.85 --compilation_config.mode 3 "
+        '--limit-mm-per-prompt=\'{"image": 2}\' -cc=\'{"pass_config": {"fuse_x": 0.5}}\''
     )
     assert config == {
         "cudagraph_capture_sizes": pinned,
         "inductor_compile_config": {**inductor, "x": 1},
         "compile_mm_encoder": True,
         "mode": 3,
+        "pass_config": {"fuse_x": 0.5},
     }
-    assert limits == {"image": 2, "video": 0} and argv[-2:] == ["--seed", "7"]
+    assert limits == {"image": 2, "video": 0}
+    assert argv[-3:] == ["--seed", "7", "--gpu_memory_utilization=0.85"]
     # a key given wins; `+` appends to a list as in vLLM; an object's keys merge into the worker's
     _, config, _ = flags(
         "--compilation-config.cudagraph_capture_sizes+ 256,384 "

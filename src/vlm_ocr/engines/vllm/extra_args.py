@@ -33,11 +33,15 @@ def json_flags(argv: list[str]) -> dict[str, int]:
     return found
 
 
-def flag_name(word: str) -> str:
-    """A flag as vLLM names it: its short name resolved, `_` read as `-` (its keys keep theirs)."""
-    name, dot, keys = word.partition(".")
-    name = ALIASES.get(name, name)
-    return ("--" + name[2:].replace("_", "-") if name.startswith("--") else name) + dot + keys
+def split_flag(word: str) -> tuple[str, str, str | None]:
+    """A flag word as vLLM reads it: the flag (its short name resolved, `_` read as `-`), the
+    dotted keys after it (which keep theirs) and the value given after `=` (None without)."""
+    name, eq, inline = word.partition("=")
+    flag, _, path = name.partition(".")
+    flag = ALIASES.get(flag, flag)
+    if flag.startswith("--"):
+        flag = "--" + flag[2:].replace("_", "-")
+    return flag, path, inline if eq else None
 
 
 def loads(text: str) -> Any:
@@ -81,20 +85,23 @@ def merge_extra_args(argv: list[str], extra: list[str]) -> list[str]:
     i = 0
     while i < len(extra):
         word = extra[i]
-        name, eq, inline = flag_name(word).partition("=")
-        flag, dot, path = name.partition(".")
-        if not word.startswith("-") or flag not in objects or (not eq and i + 1 == len(extra)):
+        flag, path, value = split_flag(word)
+        i += 1
+        if not word.startswith("-") or flag not in objects:
             rest.append(word)
-            i += 1
             continue
-        value = inline if eq else extra[i + 1]
-        if dot:
+        inline = value is not None
+        if not inline:
+            if i == len(extra):  # the flag without its value: vLLM says so
+                rest.append(word)
+                continue
+            value, i = extra[i], i + 1
+        if path:
             set_dotted(objects[flag], path, value)
-        elif isinstance(given := loads(value), dict):
-            update(objects[flag], given)
+        elif isinstance(parsed := loads(value), dict):
+            update(objects[flag], parsed)
         else:  # not an object (`-cc 3`): vLLM reads it as given, after the worker's
-            rest += [word] if eq else [word, value]
-        i += 1 if eq else 2
+            rest += [word] if inline else [word, value]
     merged = list(argv)
     for flag, position in at.items():
         merged[position] = json.dumps(objects[flag])

@@ -31,6 +31,7 @@ from .support.engine import (
     SERVER_ENV,
     SERVER_PIXELS,
     engine_env,
+    engine_python,
     make_tiny_model,
     settings_from,
 )
@@ -657,3 +658,32 @@ def test_the_sampler_bench_times_vllms_own_top_p_filter() -> None:
         for name in ("Triton", "FlashInfer"):
             said = rf"batch +4 {kind} +top-p, {name} +p=0\.9: (not loaded|failed) \(.+\)"
             assert any(re.fullmatch(said, line) for line in lines), run.stdout
+
+
+def test_vllm_reads_a_key_given_in_vllm_extra_args_into_the_workers_compilation_config() -> None:
+    # vLLM's own parser on the worker's line: the key the user added, the CUDA graph sizes and
+    # Inductor options the worker pinned in the same object, and a plain flag after them
+    from vlm_ocr.engines.gpu import GpuFacts
+    from vlm_ocr.engines.vllm.argv import ServeSpec, server_argv
+
+    extra = "--compilation-config.compile_mm_encoder=true --seed 7"
+    settings = Settings(start_mode="throughput", vllm_extra_args=extra)
+    h100 = GpuFacts.parse("NVIDIA H100 80GB HBM3, 81559 MiB, 9.0")
+    argv = server_argv(ServeSpec.resolve(settings, h100, cpus=16), 9000)
+    assert argv[1:4] == ["-m", "vllm.entrypoints.cli.main", "serve"]
+    read = (
+        "import json, sys\n"
+        "from vllm.utils.argparse_utils import FlexibleArgumentParser\n"
+        "from vllm.entrypoints.launchers.cli_args import make_arg_parser\n"
+        "args = make_arg_parser(FlexibleArgumentParser()).parse_args(sys.argv[1:])\n"
+        "c = args.compilation_config\n"
+        "print(json.dumps([args.seed, c.compile_mm_encoder, c.cudagraph_capture_sizes,"
+        " c.inductor_compile_config]))\n"
+    )
+    done = subprocess.run(
+        [str(engine_python()), "-c", read, *argv[5:]], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    seed, compiled, sizes, inductor = json.loads(done.stdout.splitlines()[-1])
+    assert seed == 7 and compiled is True and sizes[-1] == 192
+    assert inductor["combo_kernels"] and not inductor["benchmark_combo_kernel"]

@@ -175,6 +175,14 @@ def test_start_modes_in_the_serve_line(capsys, monkeypatch, family: str) -> None
     )
     assert graphs == json.loads(config) | {"cudagraph_mm_encoder": True}
     monkeypatch.setenv("ENCODER_CUDA_GRAPHS", "")
+    # a key added by VLLM_EXTRA_ARGS joins the worker's compilation config, which keeps its own
+    monkeypatch.setenv("VLLM_EXTRA_ARGS", "--compilation-config.compile_mm_encoder=true")
+    compiled = serve_lines(capsys, family, "--gpus", "1")["engine"]
+    assert compiled.count("--compilation-config") == 1
+    assert json.loads(flag(compiled, "--compilation-config") or "") == json.loads(config) | {
+        "compile_mm_encoder": True
+    }
+    monkeypatch.setenv("VLLM_EXTRA_ARGS", "")
     monkeypatch.setenv("START_MODE", "fast")
     fast = serve_lines(capsys, family, "--gpus", "1")["engine"]
     assert flag(fast, "--optimization-level") == "0"  # no torch.compile, no autotuning

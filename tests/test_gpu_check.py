@@ -650,6 +650,17 @@ def test_the_sampler_tells_each_process_of_a_run_by_its_part() -> None:
     ]
     procs = {pid: m.Proc(pid, parent, argv, 0.0) for pid, parent, argv, _ in table}
     assert {pid: m.part(procs[pid], procs) for pid in procs} == {t[0]: t[3] for t in table}
+    # one API server (API_SERVER_COUNT=1): vLLM serves from the process it was started as, and
+    # the engine, split apart, is a headless launcher of its own
+    serve = "/tmp/acc/vllm-python -m vllm.entrypoints.cli.main serve /m"
+    alone = [
+        (12, 1, f"{py} -m vlm_ocr_lab bench --output-tokens 800", "worker"),
+        (20, 12, f"{serve} --data-parallel-size-local 0 --api-server-count 1", "api"),
+        (25, 12, "/tmp/acc/vllm-python -P /w/fork_launcher.py serve /m --headless", "vllm"),
+        (26, 25, "VLLM::EngineCore", "core"),
+    ]
+    procs = {pid: m.Proc(pid, parent, argv, 0.0) for pid, parent, argv, _ in alone}
+    assert {pid: m.part(procs[pid], procs) for pid in procs} == {t[0]: t[3] for t in alone}
 
 
 def test_the_sampler_gives_each_part_its_share_of_a_cpu_since_the_last_sample() -> None:

@@ -121,6 +121,24 @@ def open_files(procs: dict[int, Proc]) -> tuple[int, int, int | None]:
     return count, files, limit
 
 
+def named_api_server(proc: Proc) -> bool:
+    """One of the API servers vLLM starts beside its server process (it retitles them)."""
+    return "APIServer" in proc.argv or "ApiServer" in proc.argv
+
+
+def serves_alone(proc: Proc, procs: dict[int, Proc]) -> bool:
+    """The `vllm serve` process that is itself the API server: with one API server vLLM starts
+    none apart (`--api-server-count 1`) and serves from the process it was started as; an engine
+    launched apart (`--headless`) serves nothing."""
+    words = proc.argv.split()
+    return (
+        "serve" in words
+        and "--headless" not in words
+        and "vllm" in " ".join(words[:3]).lower()
+        and not any(named_api_server(p) for p in procs.values())
+    )
+
+
 def part(proc: Proc, procs: dict[int, Proc]) -> str | None:
     """A process's part in the run: `core`, `api`, `vllm` (vLLM's others: its launcher, its fork
     server), `worker` (the bench's process) or `pool` (the worker's children that are not
@@ -129,7 +147,7 @@ def part(proc: Proc, procs: dict[int, Proc]) -> str | None:
     child of the worker."""
     if "EngineCore" in proc.argv:
         return "core"
-    if "APIServer" in proc.argv or "ApiServer" in proc.argv:
+    if named_api_server(proc) or serves_alone(proc, procs):
         return "api"
     seen, p = set(), proc
     while p is not None and p.pid not in seen:

@@ -18,18 +18,19 @@ from typing import Any
 ALIASES = {"-cc": "--compilation-config", "-ac": "--attention-config"}
 
 
-def json_flags(argv: list[str]) -> dict[str, int]:
-    """The position of the value of each flag of `argv` given a JSON object (the last, as vLLM
-    reads it)."""
-    found: dict[str, int] = {}
+def json_flags(argv: list[str]) -> dict[str, tuple[int, dict[str, Any]]]:
+    """Each flag of `argv` given a JSON object: its value's position and the object (the last of
+    a flag given twice, as vLLM reads it)."""
+    found: dict[str, tuple[int, dict[str, Any]]] = {}
     for i, word in enumerate(argv[:-1]):
         value = argv[i + 1]
         if word.startswith("--") and value.startswith("{"):
             try:
-                if isinstance(json.loads(value), dict):
-                    found[word] = i + 1
+                parsed = json.loads(value)
             except json.JSONDecodeError:
-                pass
+                continue
+            if isinstance(parsed, dict):
+                found[word] = (i + 1, parsed)
     return found
 
 
@@ -80,7 +81,7 @@ def set_dotted(into: dict[str, Any], path: str, value: str) -> None:
 def merge_extra_args(argv: list[str], extra: list[str]) -> list[str]:
     """`argv` with `extra` (shell words) joined as the module's docstring says."""
     at = json_flags(argv)
-    objects = {flag: json.loads(argv[i]) for flag, i in at.items()}
+    objects = {flag: parsed for flag, (_, parsed) in at.items()}
     rest: list[str] = []
     i = 0
     while i < len(extra):
@@ -103,6 +104,6 @@ def merge_extra_args(argv: list[str], extra: list[str]) -> list[str]:
         else:  # not an object (`-cc 3`): vLLM reads it as given, after the worker's
             rest += [word] if inline else [word, value]
     merged = list(argv)
-    for flag, position in at.items():
+    for flag, (position, _) in at.items():
         merged[position] = json.dumps(objects[flag])
     return merged + rest

@@ -301,6 +301,28 @@ def test_429_and_gateway_errors_are_backed_off(workers, s3, prefix, tmp_path):
     assert summary.jobs == 2  # backed off, not sent twice
 
 
+def test_a_job_whose_answer_was_lost_is_sent_again_and_said(workers, s3, prefix, tmp_path):
+    router = workers.router
+    router.lose = router.lost + 1  # the next submission is queued, its answer lost on the way
+    pdf(tmp_path / "p" / "one.pdf", 2, first=220)
+    options = Options("e", base=prefix, poll_s=0.1)
+
+    run = run_corpus(workers, corpus_of(tmp_path / "p"), options, CorpusOptions())
+    summary = asyncio.run(run.run())
+    # the job whose answer was lost runs too: let it end before anything is read
+    assert router.wait_for(lambda jobs: not router.busy, SAFETY_S)
+
+    # RunPod took the first POST: the job ran twice, the client followed the second alone
+    ran = jobs_under(workers, prefix)
+    assert len(ran) == 2 and {j.state for j in ran} == {"COMPLETED"}
+    assert summary.documents == Counter(ok=1) and summary.pages["ok"] == 2
+    assert summary.jobs == 1 and summary.runs_resent == 1 and summary.backoffs[0] == 1
+    assert any("may have run such a job twice" in line for line in summary.lines())
+    assert summary.as_json()["runs_resent"] == 1
+    (doc,) = [k for k in keys(s3, f"ocr/{prefix}/") if k.endswith("/document.json")]
+    assert json.loads(read(s3, doc))["complete"]
+
+
 def test_a_refusal_is_said_once_and_nothing_is_drawn(workers, tmp_path):
     doc = pdf(tmp_path / "case.pdf", 1)
     # no bucket at all (half a bucket is refused at start, before submit's own check)

@@ -361,6 +361,7 @@ class CorpusRun:
         self._add_worker_time()
         s.worker_s = self._worker_s
         s.backoffs = dict(self.shared.api.backoffs)
+        s.runs_resent = self.shared.api.runs_resent
         self.report.close(s)
 
     # --- the endpoint -----------------------------------------------------------------------

@@ -38,6 +38,15 @@ RETRY_STATUS = frozenset({429, 502, 503, 504})
 # the routes of the endpoint itself, not of one job: a 404 there is a wrong endpoint id or base
 ENDPOINT_ROUTES = frozenset({"/run", "/health"})
 MAX_BACKOFF_S = 30.0
+# Transport errors raised before the endpoint had the whole request: sending it again is safe.
+# Any other (the connection lost while the answer was awaited) may follow a request RunPod took.
+NOT_SENT = (
+    httpx.ConnectError,
+    httpx.ConnectTimeout,
+    httpx.PoolTimeout,
+    httpx.WriteError,
+    httpx.WriteTimeout,
+)
 
 
 class EndpointError(Exception):
@@ -83,6 +92,9 @@ class Endpoint:
         self.attempts = attempts
         #: answers backed off from, by HTTP status (0: no answer), for a run's summary
         self.backoffs: dict[int, int] = {}
+        #: jobs queued again after their `POST /run` lost its answer once sent: RunPod may have
+        #: taken the first too (it has no idempotency key), so such a job may run twice
+        self.runs_resent = 0
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         limits = httpx.Limits(max_connections=CONNECTIONS, max_keepalive_connections=CONNECTIONS)
         self._http = httpx.AsyncClient(headers=headers, timeout=timeout_s, limits=limits)
@@ -122,7 +134,8 @@ class Endpoint:
         self, method: str, route: str, attempts: int | None = None, **kw: Any
     ) -> dict[str, Any]:
         """One request, retried with backoff on 429 (honouring Retry-After), on 5xx gateway
-        answers and on connection errors; any other error status is final."""
+        answers and on connection errors; any other error status is final. A job is thus
+        queued at least once: a `POST /run` whose answer was lost is sent again and counted."""
         delay, attempts = 0.5, attempts or self.attempts
         for attempt in range(1, attempts + 1):
             try:
@@ -137,6 +150,13 @@ class Endpoint:
                     ) from None
                 wait = delay
                 self.backoffs[0] = self.backoffs.get(0, 0) + 1
+                if route == "/run" and not isinstance(exc, NOT_SENT):
+                    self.runs_resent += 1
+                    log.warning(
+                        "POST /run: the connection was lost awaiting the answer (%s); sending the "
+                        "job again, so RunPod may run it twice",
+                        type(exc).__name__,
+                    )
             else:
                 if resp.status_code not in RETRY_STATUS:
                     if resp.is_error:

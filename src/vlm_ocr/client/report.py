@@ -156,6 +156,7 @@ class Summary:
     worker_s: float | None = None
     gpu_price: float | None = None
     backoffs: dict[int, int] = field(default_factory=dict)
+    runs_resent: int = 0  # jobs queued again after their POST /run lost its answer once sent
     examples: list[str] = field(default_factory=list)
     #: what the listing passed over (files that are no documents, folders it could not read)
     left_out: LeftOut = field(default_factory=LeftOut)
@@ -213,6 +214,12 @@ class Summary:
                 f"{code or 'no answer'} ×{n}" for code, n in sorted(self.backoffs.items())
             )
             out.append(f"RunPod asked to slow down or did not answer, backed off: {shown}")
+        if self.runs_resent:
+            out.append(
+                f"{self.runs_resent} POST /run lost the answer once sent and was sent again: "
+                "RunPod may have run such a job twice (the same pages to the same keys, its "
+                "worker time billed twice)"
+            )
         out += [f"  {example}" for example in self.examples]
         if self.not_ok > len(self.examples):
             out.append(
@@ -265,6 +272,7 @@ class Summary:
             if self.worker_hours is None or self.gpu_price is None
             else round(self.worker_hours * self.gpu_price, 4),
             "backoffs": {str(k): v for k, v in self.backoffs.items()},
+            "runs_resent": self.runs_resent,
             "left_out": self.left_out.as_json(),
             "not_ok": {"documents": self.not_ok, "examples": self.examples},
         }

@@ -512,6 +512,31 @@ def test_a_warm_start_that_loaded_its_compiled_model_and_memory_says_so() -> Non
     assert redone_on_warm_caches(facts) == []
 
 
+# vLLM 0.32 compiling the vision encoder too (`compile_mm_encoder`): each module tagged, the
+# vision block's compiled function loaded again for each of its layers.
+ENCODER_COMPILED_032 = [
+    "(EngineCore pid=7) INFO 12-07 01:23:00 [monitor.py:62] [Qwen3_VisionPatchEmbed] "
+    "torch.compile took 1.58 s in total",
+    "(EngineCore pid=7) INFO 12-07 01:23:06 [monitor.py:62] [Qwen3_VisionBlock] torch.compile "
+    "took 4.96 s in total",
+    "(EngineCore pid=7) INFO 12-07 01:23:06 [monitor.py:62] [Qwen3_VisionBlock] torch.compile "
+    "took 0.06 s in total",
+    "(EngineCore pid=7) INFO 12-07 01:23:12 [backends.py:1166] [backbone] Dynamo bytecode "
+    "transform time: 4.46 s",
+    "(EngineCore pid=7) INFO 12-07 01:23:27 [monitor.py:62] [backbone] torch.compile took 19.28 "
+    "s in total",
+]
+
+
+def test_compiles_of_several_modules_are_summed_each_once() -> None:
+    phases = read(ENCODER_COMPILED_032).phases
+    assert phases["torch_compile_s"] == round(1.58 + 4.96 + 19.28, 2)
+    assert phases["dynamo_s"] == 4.46
+    # an untagged line (vLLM 0.26) said again by another replica counts once
+    twice = read(WARM_026 + WARM_026).phases
+    assert twice["torch_compile_s"] == 3.86
+
+
 def test_a_warm_start_that_had_to_compile_or_profile_again_says_why() -> None:
     facts = read(STALE_032).facts()
     assert facts["compile_cache"] == "miss"

@@ -122,6 +122,11 @@ _PHASES = tuple(
     )
 )
 _LABELS = {key: label for key, label, _ in _PHASES}
+# Phases vLLM states once for each module it compiles, tagged since 0.32 (`[backbone]`, and
+# `[Qwen3_VisionBlock]` with `compile_mm_encoder`): summed over the tags, each tag's first
+# statement counting (a compiled block used many times states its load again for each).
+_PER_MODULE = frozenset({"dynamo_s", "torch_compile_s"})
+_MODULE_TAG = re.compile(r"\[(\w+)\] (?:torch\.compile|Dynamo)")
 # The stretches between those lines that vLLM does not time, worked out from them: (key, label,
 # the moment it ends, the moments it may begin at, latest known first).
 _CORE, _CONFIG, _FIRST = "engine_core_at_s", "engine_config_at_s", "first_log_line_at_s"
@@ -222,6 +227,7 @@ class StartLog:
 
     def __init__(self) -> None:
         self.phases: dict[str, float] = {}
+        self._modules: set[tuple[str, str]] = set()  # (phase, module tag) already counted
         self.compiles: set[str] = set()  # which of _COMPILE_LINES came
         self.trouble: dict[str, str] = {}  # the compile cache's load or save failure
         self.memory: str | None = None
@@ -233,6 +239,13 @@ class StartLog:
 
     def line(self, text: str, since_spawn_s: float) -> None:
         for name, _, pattern in _PHASES:
+            if name in _PER_MODULE and (m := pattern.search(text)):
+                module = _MODULE_TAG.search(text)
+                tag = (name, module.group(1) if module else "")
+                if tag not in self._modules:
+                    self._modules.add(tag)
+                    self.phases[name] = round(self.phases.get(name, 0.0) + float(m.group(1)), 2)
+                continue
             if name in self.phases or not (m := pattern.search(text)):
                 continue
             self.phases[name] = float(m.group(1)) if pattern.groups else round(since_spawn_s, 2)

@@ -12,8 +12,12 @@ to the GPU that waits for the queue, counts as work); for the main thread, a tim
 --every seconds, the most sampled frame of vLLM, the worker or an imported module's top level, and
 the leaf under it), the modules whose import took longest (inclusive) and the functions with the
 most inclusive time.
-Time is sample count over the rate (py-spy samples without stopping the process, so a thread's
-n-th sample is close to n/rate seconds after py-spy found it); --from/--to cut a thread's window.
+Time is sample count over the rate (py-spy samples without stopping the process); --from/--to
+cut a thread's window. Where py-spy falls behind (some 25 processes and their threads at 20 Hz) it
+drops samples: the engine core of a LightOnOCR-3-0.8B run at 522b0f5 logged over 172-181 s and was
+sampled for 141-156 s. Shares within a window hold; seconds and moments on a timeline run short,
+later ones more (the n-th sample is n/rate seconds or more after py-spy found the thread), so
+compare threads by share and line a timeline up with the run's log before reading a gap in it.
 """
 
 from __future__ import annotations

@@ -310,7 +310,9 @@ def test_a_job_whose_answer_was_lost_is_sent_again_and_said(workers, s3, prefix,
     run = run_corpus(workers, corpus_of(tmp_path / "p"), options, CorpusOptions())
     summary = asyncio.run(run.run())
     # the job whose answer was lost runs too: let it end before anything is read
-    assert router.wait_for(lambda jobs: not router.busy, SAFETY_S)
+    assert router.wait_for(
+        lambda jobs: all(j.state not in ("IN_QUEUE", "IN_PROGRESS") for j in jobs), SAFETY_S
+    )
 
     # RunPod took the first POST: the job ran twice, the client followed the second alone
     ran = jobs_under(workers, prefix)

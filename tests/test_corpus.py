@@ -303,7 +303,7 @@ def test_429_and_gateway_errors_are_backed_off(workers, s3, prefix, tmp_path):
 
 def test_a_job_whose_answer_was_lost_is_sent_again_and_said(workers, s3, prefix, tmp_path):
     router = workers.router
-    router.lose = router.lost + 1  # the next submission is queued, its answer lost on the way
+    router.drop = router.dropped + 1  # the next submission is queued, its answer lost
     pdf(tmp_path / "p" / "one.pdf", 2, first=220)
     options = Options("e", base=prefix, poll_s=0.1)
 

@@ -11,8 +11,8 @@ did is kept (`Job.items`): the worker cannot be stopped half-way here, and what 
 
 It can answer as RunPod does when it is busy: `throttle` of the /run calls with 429 (with
 Retry-After), `gateway` of the /stream calls with 502, each counted in `throttled`, `gatewayed`;
-and lose answers as a broken connection does: `lose` of the /run calls queue their job and close
-the connection unanswered (counted in `lost`).
+and lose answers as a broken connection does: `drop` of the /run calls queue their job and close
+the connection unanswered (counted in `dropped`).
 `wait_for(test)` waits until the jobs satisfy a test (for a test or a benchmark to act on).
 """
 
@@ -54,15 +54,15 @@ class Job:
 
 class Router:
     def __init__(
-        self, workers: list[str], *, throttle: int = 0, gateway: int = 0, lose: int = 0
+        self, workers: list[str], *, throttle: int = 0, gateway: int = 0, drop: int = 0
     ) -> None:
         self.workers = list(workers)
         self.throttle = throttle  # answer the first N /run calls with 429
         self.throttled = 0
         self.gateway = gateway  # answer the first N /stream calls with 502
         self.gatewayed = 0
-        self.lose = lose  # queue the first N /run calls' jobs, then drop their connections
-        self.lost = 0
+        self.drop = drop  # queue the first N /run calls' jobs, then drop their connections
+        self.dropped = 0
         self.busy: set[str] = set()  # workers running a job now
         self.jobs: dict[str, Job] = {}
         self._changed = threading.Condition()
@@ -118,8 +118,8 @@ class Router:
             self.jobs[job.id] = job
             self._changed.notify_all()
         self.queue.put_nowait(job)
-        if self.lost < self.lose:
-            self.lost += 1
+        if self.dropped < self.drop:
+            self.dropped += 1
             assert request.transport is not None
             request.transport.close()  # the client reads no answer, as on a reset connection
         return web.json_response({"id": job.id, "status": job.state})

@@ -24,13 +24,8 @@ def json_flags(argv: list[str]) -> dict[str, tuple[int, dict[str, Any]]]:
     found: dict[str, tuple[int, dict[str, Any]]] = {}
     for i, word in enumerate(argv[:-1]):
         value = argv[i + 1]
-        if word.startswith("--") and value.startswith("{"):
-            try:
-                parsed = json.loads(value)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(parsed, dict):
-                found[word] = (i + 1, parsed)
+        if word.startswith("--") and value.startswith("{") and isinstance(v := loads(value), dict):
+            found[word] = (i + 1, v)
     return found
 
 

@@ -239,16 +239,17 @@ class StartLog:
 
     def line(self, text: str, since_spawn_s: float) -> None:
         for name, _, pattern in _PHASES:
-            if name in _PER_MODULE and (m := pattern.search(text)):
-                module = _MODULE_TAG.search(text)
-                tag = (name, module.group(1) if module else "")
-                if tag not in self._modules:
-                    self._modules.add(tag)
-                    self.phases[name] = round(self.phases.get(name, 0.0) + float(m.group(1)), 2)
+            per_module = name in _PER_MODULE
+            if (name in self.phases and not per_module) or not (m := pattern.search(text)):
                 continue
-            if name in self.phases or not (m := pattern.search(text)):
+            if not per_module:
+                self.phases[name] = float(m.group(1)) if pattern.groups else round(since_spawn_s, 2)
                 continue
-            self.phases[name] = float(m.group(1)) if pattern.groups else round(since_spawn_s, 2)
+            module = _MODULE_TAG.search(text)
+            tag = (name, module.group(1) if module else "")
+            if tag not in self._modules:
+                self._modules.add(tag)
+                self.phases[name] = round(self.phases.get(name, 0.0) + float(m.group(1)), 2)
         self.compiles |= {what for what, pattern in _COMPILE_LINES.items() if pattern.search(text)}
         for key, pattern in _COMPILE_TROUBLE.items():
             if key not in self.trouble and (m := pattern.search(text)):

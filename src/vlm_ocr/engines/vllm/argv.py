@@ -146,10 +146,12 @@ def engine_env(vllm: VllmSettings) -> dict[str, str]:
     return tuned | QUIET_ENGINE
 
 
-# One API server decoded and preprocessed about 6 MP of page images a second on an H200 host:
-# 3.5 MP pages (a layout model's) ran at 1.80 pages/s through one and 4.03 through four, where the
-# GPU took over. So one per megapixel of the family's page budget, within what the CPUs leave: the
-# engine core, the worker, its render and CPU-model processes need the other three quarters.
+# On vLLM 0.26 one API server decoded and preprocessed about 6 MP of page images a second on an
+# H200 host: 3.5 MP pages (a layout model's) ran at 1.80 pages/s through one and 4.03 through four,
+# where the GPU took over. So one per megapixel of the family's page budget, within what the CPUs
+# leave: the engine core, the worker, its render and CPU-model processes need the other three
+# quarters. On 0.32 one kept Chandra 2's pace on an H100 (two pairs on one host each), but the
+# engine core came up 5-8 s later beside it than beside several: several stay.
 PIXELS_PER_API_SERVER = 1_000_000
 # The image's vLLM (the Dockerfiles' VLLM_VERSION, a test holds them together): what a spec is
 # resolved for until the engine's own version is read at start (`vlm-ocr plan` prints its line).

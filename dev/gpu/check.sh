@@ -231,6 +231,10 @@ for spec in "$@"; do
   sampler=$!
   say "$spec: $pages pages, about $estimate s, at most $((limit + 20)) s (${left} s left)"
   rm -f "$work/row.jsonl"
+  # A fresh run starts on no caches of its model, as on a new host: the caches' key leaves out
+  # what only the front ends change (API_SERVER_COUNT), so a run of the same model before it
+  # would have made it warm (its row would say so)
+  [ "$kind" = fresh ] && rm -rf /runpod-volume/vllm-cache/"${dir##*/}"-*
   (run_one "$dir" "$log" "$starts")
   rc=$?
   kill "$sampler" 2> /dev/null

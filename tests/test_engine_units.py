@@ -17,7 +17,9 @@ from vlm_ocr.engines.gpu import GpuFacts
 from vlm_ocr.engines.model_files import ModelFiles
 from vlm_ocr.engines.vllm import fork_launcher
 from vlm_ocr.engines.vllm.argv import (
+    FORK_LAUNCHER,
     IMAGE_VLLM,
+    VLLM_CLI,
     ServeSpec,
     cuda_graph_sizes,
     default_max_num_seqs,
@@ -217,6 +219,27 @@ def test_a_split_start_is_one_server_and_one_headless_engine_on_the_same_flags()
     }
     single = spec(H100, vllm_split_start=False)
     assert launch_argvs(single, 8000, rpc_port=8100) == {"server": [*base, *front]}
+
+
+@pytest.mark.parametrize(("version", "forked"), [("0.32.0", True), ("0.26.0", False)])
+def test_one_api_server_goes_through_the_fork_launcher_from_vllm_032(
+    version: str, forked: bool
+) -> None:
+    # From 0.32 the launcher starts one API server as several (a child of the server process,
+    # which handshakes with the engine core at once); before, the engine's handshake waits for
+    # every API server anyway, and one runs in the server's own process
+    one = spec(H100, vllm_split_start=True, api_server_count=1).on_vllm(version)
+    argvs = launch_argvs(one, 8000, rpc_port=8100)
+    base = server_argv(one, 8000)
+    head = through_fork_launcher(base) if forked else base
+    server = argvs["server"]
+    assert server[: len(head)] == head and server[server.index("--api-server-count") + 1] == "1"
+    assert argvs["engine"][: len(base)] == through_fork_launcher(base)  # on either
+    # several API servers go through it on either; without VLLM_FORK_SERVER, nothing does
+    several = spec(H100, vllm_split_start=True, api_server_count=2).on_vllm(version)
+    assert launch_argvs(several, 8000, 8100)["server"][1:3] == FORK_LAUNCHER
+    plain = spec(H100, vllm_split_start=True, api_server_count=1, vllm_fork_server=False)
+    assert launch_argvs(plain.on_vllm(version), 8000, 8100)["server"][1:3] == VLLM_CLI
 
 
 def test_the_engine_cores_fork_server_imports_its_gpu_worker_but_never_flashinfer() -> None:

@@ -99,6 +99,23 @@ def test_cold_start_records_engine_facts(vllm) -> None:
     assert facts["caches"] == {"state": "the container's own (no network volume)"}
 
 
+def test_one_api_server_starts_as_several_a_child_of_the_fork_launcher(vllm) -> None:
+    # On vLLM 0.32 the launcher runs one API server as vLLM runs several: a child of the server
+    # process (which handshakes with the engine core meanwhile), forked from its fork server,
+    # its counters on /metrics as a server in its own process has them
+    worker, _ = vllm
+    facts = worker.engine_facts()
+    assert facts["api_server_count"] == 1 and facts["fork_server"] is True
+    assert facts["argv"][:2] == FORK_LAUNCHER
+    assert facts["argv"][facts["argv"].index("--api-server-count") + 1] == "1"
+    server = worker.engine.server  # type: ignore[attr-defined]
+    titles = [process_title(p) for p in descendants(server.proc.pid)]
+    assert [t for t in titles if t.startswith("VLLM::APIServer")] == ["VLLM::APIServer_0"]
+    metrics = httpx.get(server.base_url + "/metrics").text
+    prompt = re.search(r"^vllm:prompt_tokens_total\{[^}]*\} ([\d.e+]+)", metrics, re.M)
+    assert prompt is not None and float(prompt.group(1)) > 0, metrics[:2000]  # the warm-up's
+
+
 def test_two_api_servers_forked_share_the_image_preprocessing_with_a_split_start(
     loop, tiny_model: Path, tmp_path: Path
 ) -> None:

@@ -104,6 +104,8 @@ def test_the_serve_line_carries_the_familys_chosen_flags(capsys, config: Path) -
         if flag != "--api-server-count":  # only the process that answers HTTP has them
             assert last(engine, flag) == value, (family.name, flag)
     assert "--api-server-count" not in engine
+    # both through the fork launcher, one API server as several (the plan's vLLM is the image's)
+    assert server[1:3] == serve_argv.FORK_LAUNCHER == engine[1:3]
     kwargs = family.processor_kwargs(MAX_PIXELS)
     shown = last(server, "--mm-processor-kwargs")
     assert (json.loads(shown) if shown else None) == kwargs

@@ -25,8 +25,9 @@ from .extra_args import merge_extra_args
 # What the `vllm` command runs, after vLLM's interpreter
 VLLM_CLI = ["-m", "vllm.entrypoints.cli.main"]
 # What `VLLM_FORK_SERVER` runs in place of VLLM_CLI (the engine launcher, and the API-server
-# process where it has several): a script of this package that vLLM's interpreter runs by path (it
-# imports only vLLM and the stdlib), its folder not put on the module path (-P)
+# process where it has several, or from vLLM 0.32 one): a script of this package that vLLM's
+# interpreter runs by path (it imports only vLLM and the stdlib), its folder not put on the module
+# path (-P)
 FORK_LAUNCHER = ["-P", str(Path(__file__).with_name("fork_launcher.py"))]
 
 
@@ -150,8 +151,9 @@ def engine_env(vllm: VllmSettings) -> dict[str, str]:
 # H200 host: 3.5 MP pages (a layout model's) ran at 1.80 pages/s through one and 4.03 through four,
 # where the GPU took over. So one per megapixel of the family's page budget, within what the CPUs
 # leave: the engine core, the worker, its render and CPU-model processes need the other three
-# quarters. On 0.32 one kept Chandra 2's pace on an H100 (two pairs on one host each), but the
-# engine core came up 5-8 s later beside it than beside several: several stay.
+# quarters. On 0.32 one kept Chandra 2's pace on an H100 (two pairs on one host each), and its
+# engine core came up 5-8 s later than beside several, waiting on its processor's build; the fork
+# launcher now starts one as several, so from 0.32 that wait is gone. The rule stays.
 PIXELS_PER_API_SERVER = 1_000_000
 # The image's vLLM (the Dockerfiles' VLLM_VERSION, a test holds them together): what a spec is
 # resolved for until the engine's own version is read at start (`vlm-ocr plan` prints its line).
@@ -374,8 +376,10 @@ def launch_argvs(spec: ServeSpec, port: int, rpc_port: int = 0) -> dict[str, lis
     dp += ["--data-parallel-rpc-port", str(rpc_port)]
     forked = through_fork_launcher(argv)
     fork = spec.vllm.vllm_fork_server
-    # one API server runs in the server's own process: it starts no child to fork
-    server = forked if fork and spec.api_server_count > 1 else argv
+    # one API server: from vLLM 0.32 the launcher starts it as several (a child, the engine's
+    # handshake at once); before, it runs in the server's own process, which starts no child
+    apart = vllm_release(spec.vllm_version) >= FRONT_ENDS_APART
+    server = forked if fork and (spec.api_server_count > 1 or apart) else argv
     engine = forked if fork else argv
     return {
         "server": [*server, *dp, "--data-parallel-size-local", "0", *front],

@@ -1,15 +1,22 @@
 """vLLM's command line with the processes vLLM starts for itself forked from a fork server (run by
 path with vLLM's interpreter: `python -P fork_launcher.py serve MODEL ...`). The split start runs
-its headless engine launcher so, and its API-server process so when it has several API servers.
+its headless engine launcher so, and its API-server process so when it has several API servers,
+or on vLLM 0.32 and later one.
 
 Why: vLLM starts those processes with `spawn` wherever a fork is unsafe, and each imports torch
 and vLLM all over again (about 20 s a process on an H200 host), after its parent has imported them.
 The engine core is spawned for the Qwen3.5-based families, whose config imports gated-delta-net
 kernels that ask the GPU its name as they are imported (a process that has touched the CUDA
-driver cannot fork safely); the API servers beyond the first are always spawned. Here a fork
-server is started first, before anything touches the GPU, and imports the child's modules
-while this process imports vLLM and builds its config; the children are then forked from it,
-ready. Like a spawned process, each gets this process's environment as it is at its start.
+driver cannot fork safely); several API servers are always spawned. Here a fork server is started
+first, before anything touches the GPU, and imports the child's modules while this process
+imports vLLM and builds its config; the children are then forked from it, ready. Like a spawned
+process, each gets this process's environment as it is at its start.
+
+One API server vLLM runs in the process it started as, which builds its tokenizer and multimodal
+processor before the engine core's handshake, and the engine core waits on that before it loads
+the model; with several, their parent handshakes at once while they start. On an H100 the engine
+core's start and handshake took 4.75-8 s beside one API server and 0.13-2 s beside four. So here
+one is started as several are (vLLM 0.32's `serve`): a forked child, the handshake in this process.
 
 This file imports only the standard library and vLLM: it runs in vLLM's environment, not the
 worker's. Where vLLM has not got a hook it patches, that child starts as vLLM starts it (said on
@@ -83,6 +90,29 @@ def unpatched(what: str) -> None:
     print(f"fork_launcher: {what}; it starts as vLLM starts it", file=sys.stderr, flush=True)
 
 
+async def _finished() -> None:
+    """What `uvloop.run` is handed once the API server has run: nothing left to do."""
+
+
+def one_api_server_as_several() -> None:
+    """`vllm serve`'s branch for one API server (`run_server`, in this process) made its branch
+    for several, with one: the server's child builds its processor while this process
+    handshakes with the engine core."""
+    import vllm.entrypoints.cli.serve as serve
+
+    several = getattr(serve, "run_multi_api_server", None)
+    if not callable(getattr(serve, "run_server", None)) or not callable(several):
+        unpatched("this vLLM's serve has no run_server or run_multi_api_server: one API server")
+        return
+
+    def run_server(args: Any, **_: Any) -> Any:
+        args.api_server_count = 1  # `serve` set None for its own process
+        several(args)  # until the API server ends, as `run_server` would run
+        return _finished()
+
+    serve.run_server = run_server
+
+
 def main() -> None:
     headless = "--headless" in sys.argv
     FORKSERVER.set_forkserver_preload(["__main__", *(ENGINE_CORE if headless else API_SERVER)])
@@ -100,6 +130,8 @@ def main() -> None:
         v1_utils.multiprocessing = SpawnAsForkServer()  # type: ignore[assignment]
     elif not headless:
         unpatched("this vLLM starts its API servers otherwise")
+    if not headless and sys.argv[1:2] == ["serve"]:
+        one_api_server_as_several()
     from vllm.entrypoints.cli.main import main as vllm_main
 
     sys.argv = ["vllm", *sys.argv[1:]]

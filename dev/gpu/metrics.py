@@ -128,7 +128,8 @@ def named_api_server(proc: Proc) -> bool:
 
 def serves_alone(proc: Proc, procs: dict[int, Proc]) -> bool:
     """The `vllm serve` process that is itself the API server: with one API server vLLM starts
-    none apart (`--api-server-count 1`) and serves from the process it was started as; an engine
+    none apart (`--api-server-count 1`) and serves from the process it was started as (unless
+    the worker's fork launcher starts it as several: vLLM 0.32 on, a split start); an engine
     launched apart (`--headless`) serves nothing."""
     words = proc.argv.split()
     return (

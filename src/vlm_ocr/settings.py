@@ -537,12 +537,13 @@ class VllmSettings(Group):
     vllm_fork_server: bool = Field(
         True,
         description="With `VLLM_SPLIT_START`: the processes vLLM starts for itself (the engine "
-        "core, and the API servers when `API_SERVER_COUNT` is above 1) are forked from a fork "
-        "server started before anything touches the GPU, which imports vLLM beside its parent, "
-        "rather than spawned to import vLLM again after it. For the Qwen3.5-based families "
-        "(whose engine core vLLM would spawn) it takes that import off every start, fresh or "
-        "warm (measured on an H200: docs/models.md, Cold start). `false`: vLLM starts them "
-        "itself.",
+        "core, and the API servers: on vLLM 0.32 and later one too, before only when "
+        "`API_SERVER_COUNT` is above 1) are forked from a fork server started before anything "
+        "touches the GPU, which imports vLLM beside its parent, rather than spawned to import "
+        "vLLM again after it. For the Qwen3.5-based families (whose engine core vLLM would "
+        "spawn) it takes that import off every start, fresh or warm (measured on an H200: "
+        "docs/models.md, Cold start); one API server no longer holds the engine core's "
+        "handshake until it has built its processor. `false`: vLLM starts them itself.",
     )
     vllm_startup_timeout_s: float = Field(
         900.0,

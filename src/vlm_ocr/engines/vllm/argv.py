@@ -151,9 +151,10 @@ def engine_env(vllm: VllmSettings) -> dict[str, str]:
 # H200 host: 3.5 MP pages (a layout model's) ran at 1.80 pages/s through one and 4.03 through four,
 # where the GPU took over. So one per megapixel of the family's page budget, within what the CPUs
 # leave: the engine core, the worker, its render and CPU-model processes need the other three
-# quarters. On 0.32 one kept Chandra 2's pace on an H100 (two pairs on one host each), and its
-# engine core came up 5-8 s later than beside several, waiting on its processor's build; the fork
-# launcher now starts one as several, so from 0.32 that wait is gone. The rule stays.
+# quarters. On 0.32 one kept Chandra 2's pace on an H100 (two pairs on one host each), and the
+# 0.8B LightOnOCR-3's with its one API server near a full CPU; but the engine core came up 5-8 s
+# later beside it than beside several, waiting on its processor's build. The fork launcher now
+# starts one as several (the handshake took 0.12 s on an H100). The rule stays.
 PIXELS_PER_API_SERVER = 1_000_000
 # The image's vLLM (the Dockerfiles' VLLM_VERSION, a test holds them together): what a spec is
 # resolved for until the engine's own version is read at start (`vlm-ocr plan` prints its line).

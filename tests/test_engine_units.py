@@ -3,6 +3,7 @@ selection, the log."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -426,6 +427,35 @@ def test_a_taken_port_is_refused(loop) -> None:
         with pytest.raises(EngineError, match="already taken by another process"):
             loop.run(server.start())
     assert server.proc is None  # nothing was spawned
+
+
+def test_an_exited_childs_log_is_read_to_its_end_though_its_group_holds_the_pipe(loop) -> None:
+    # A launcher that exits while its fork server still imports vLLM leaves the log's pipe open:
+    # the reason it wrote is read, and what is left of its process group is ended, so the log
+    # ends rather than waiting on the importer
+    import asyncio
+    import os
+    import signal
+
+    server = VllmServer(spec(NO_GPU), ModelFiles(Settings().model))
+    script = "sleep 600 & echo 'ValueError: max_model_len is too large'; exit 3"
+
+    async def run() -> Child:
+        proc = await asyncio.create_subprocess_exec(
+            "sh", "-c", script, stdout=asyncio.subprocess.PIPE, start_new_session=True
+        )
+        child = Child("server", ["sh"], proc, asyncio.create_task(server._read_log(proc)))
+        await proc.wait()
+        await server._read_to_end(child)
+        return child
+
+    child = loop.run(run())
+    try:
+        assert child.reader is not None and child.reader.done()  # the pipe closed: log ended
+        assert "ValueError: max_model_len is too large" in server.tail
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.proc.pid, signal.SIGKILL)  # type: ignore[union-attr]
 
 
 def test_an_earlier_servers_connections_in_time_wait_do_not_take_its_port() -> None:

@@ -346,10 +346,18 @@ class VllmServer:
 
     @staticmethod
     async def _read_to_end(child: Child) -> None:
-        """Let the log reader take what an exited child wrote last (its reason to exit)."""
-        if child.reader is not None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(child.reader), 5)
+        """Let the log reader take what an exited child wrote last (its reason to exit). What
+        is left of its process group is ended after a moment: a fork server still importing
+        vLLM holds the log's pipe open, and the reader would wait on it to the end."""
+        if child.reader is None:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(child.reader), 1)
+            return
+        if child.proc is not None:  # its own group (start_new_session); what it wrote stays
+            _signal_groups([child.proc.pid], signal.SIGKILL)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(child.reader), 5)
 
     def child_env(self) -> dict[str, str]:
         """The server's environment: ours, the hub settings, and a compile cache on the network

@@ -177,6 +177,11 @@ def vllm_release(version: str) -> tuple[int, int]:
     return int(m.group(1)), int(m.group(2))
 
 
+def front_ends_apart(version: str) -> bool:
+    """Whether this vLLM starts its API servers beside the engine (FRONT_ENDS_APART)."""
+    return vllm_release(version) >= FRONT_ENDS_APART
+
+
 def preprocessing_parallelism(page_pixels: int, cpus: int) -> int:
     """Page images to preprocess at once: one per megapixel of the page budget, at most a
     quarter of the CPUs."""
@@ -188,7 +193,7 @@ def front_ends(vllm: VllmSettings, parallel: int, replicas: int, version: str) -
     images preprocessed at once, as API server processes on a vLLM whose engine does not wait
     for them, as threads of one API server on one that does. At least one API server per
     replica (vLLM's own default)."""
-    apart = vllm_release(version) >= FRONT_ENDS_APART
+    apart = front_ends_apart(version)
     servers = vllm.api_server_count or max(replicas, parallel if apart else 1)
     threads = vllm.renderer_num_workers or (1 if apart else math.ceil(parallel / servers))
     return servers, threads
@@ -379,7 +384,7 @@ def launch_argvs(spec: ServeSpec, port: int, rpc_port: int = 0) -> dict[str, lis
     fork = spec.vllm.vllm_fork_server
     # one API server: from vLLM 0.32 the launcher starts it as several (a child, the engine's
     # handshake at once); before, it runs in the server's own process, which starts no child
-    apart = vllm_release(spec.vllm_version) >= FRONT_ENDS_APART
+    apart = front_ends_apart(spec.vllm_version)
     server = forked if fork and (spec.api_server_count > 1 or apart) else argv
     engine = forked if fork else argv
     return {

@@ -438,14 +438,17 @@ def test_an_exited_childs_log_is_read_to_its_end_though_its_group_holds_the_pipe
     import signal
 
     server = VllmServer(spec(NO_GPU), ModelFiles(Settings().model))
-    script = "sleep 600 & echo 'ValueError: max_model_len is too large'; exit 3"
+    script = "sleep 600 & echo 'ValueError: max_model_len is too large'; sleep 0.2; exit 3"
 
     async def run() -> Child:
         proc = await asyncio.create_subprocess_exec(
             "sh", "-c", script, stdout=asyncio.subprocess.PIPE, start_new_session=True
         )
         child = Child("server", ["sh"], proc, asyncio.create_task(server._read_log(proc)))
-        await proc.wait()
+        # as the server sees an exit: by its status (on Python 3.11 `wait()`, unless the exit
+        # came first, also waits for the pipe, which the group's `sleep` holds)
+        while proc.returncode is None:
+            await asyncio.sleep(0.05)
         await server._read_to_end(child)
         return child
 

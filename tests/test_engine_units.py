@@ -254,9 +254,9 @@ def test_the_engine_cores_fork_server_imports_its_gpu_worker_but_never_flashinfe
 @pytest.mark.parametrize(
     ("version", "values", "front"),
     [
-        # Chandra's 3.5 MP pages on 16 CPUs: four at once. From 0.32, four API servers (they start
-        # beside the engine and each preprocesses on one thread); before, one API server (the
-        # engine core waits for each) with four renderer threads, which preprocess images there.
+        # dots.mocr's 11 MP pages on 16 CPUs: four at once. From 0.32, four API servers (they
+        # start beside the engine and each preprocesses on one thread); before, one API server
+        # (the engine core waits for each) with four renderer threads, which preprocess there.
         ("0.32.0", {}, ["--api-server-count", "4"]),
         ("0.32.0+cpu", {}, ["--api-server-count", "4"]),
         ("0.26.0", {}, ["--api-server-count", "1", "--renderer-num-workers", "4"]),
@@ -278,8 +278,8 @@ def test_the_engine_cores_fork_server_imports_its_gpu_worker_but_never_flashinfe
 def test_the_front_ends_follow_the_engines_vllm(
     version: str, values: dict, front: list[str]
 ) -> None:
-    chandra = ServeSpec.resolve(Settings(**values), H100, FAMILIES["chandra"](), cpus=16)
-    argvs = launch_argvs(chandra.on_vllm(version), 8000, rpc_port=8100)
+    dots = ServeSpec.resolve(Settings(**values), H100, FAMILIES["dots-ocr"](), cpus=16)
+    argvs = launch_argvs(dots.on_vllm(version), 8000, rpc_port=8100)
     assert argvs["server"][argvs["server"].index("--api-server-count") :] == front
     assert "--renderer-num-workers" not in argvs["engine"]  # the headless engine has no front
     assert "--mm-processor-cache-gb" in argvs["server"]  # which vLLM needs for renderer threads
@@ -315,11 +315,27 @@ def test_the_server_sizes_the_front_ends_for_the_engines_own_vllm(loop, tmp_path
     chandra = ServeSpec.resolve(
         Settings(vllm_python=str(python)), H100, FAMILIES["chandra"](), cpus=16
     )
-    assert (chandra.api_server_count, chandra.renderer_num_workers) == (4, 1)  # the image's
+    # the image's vLLM: the one API server its family declares
+    assert (chandra.api_server_count, chandra.renderer_num_workers) == (1, 1)
     server = VllmServer(chandra, ModelFiles(Settings().model))
     loop.run(server._size_for_engine())
+    # 0.26: one API server anyway, with the renderer threads its 6 MP pages ask for
     assert (server.spec.api_server_count, server.spec.renderer_num_workers) == (1, 4)
     assert server.spec.vllm_version == "0.26.0"
+
+
+def test_a_family_that_declares_its_api_servers_gets_them_where_they_start_apart() -> None:
+    chandra, dots = FAMILIES["chandra"], FAMILIES["dots-ocr"]
+    assert chandra.api_server_count == 1 and dots.api_server_count is None
+
+    def front(family: type, gpu: GpuFacts = H100, **values: object) -> tuple[int, int]:
+        spec = ServeSpec.resolve(Settings(**values), gpu, family(), cpus=16).on_vllm("0.32.0")
+        return spec.api_server_count, spec.renderer_num_workers
+
+    assert front(chandra) == (1, 1)
+    assert front(dots) == (4, 1)  # by its page budget: 11 MP, a quarter of 16 CPUs at most
+    assert front(chandra, api_server_count=3) == (3, 1)  # the setting wins
+    assert front(chandra, GpuFacts.parse(TWO_H200 * 2)) == (4, 1)  # one per replica at least
 
 
 @pytest.mark.parametrize(

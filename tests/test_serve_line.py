@@ -50,7 +50,7 @@ def flag(argv: list[str], name: str) -> str | None:
             1,
             16,
             "datalab-to/chandra-ocr-2",
-            "4",
+            "1",  # its family's declared count, not its 6.3 MP pages' four
             "1",
             ["--default-chat-template-kwargs"],
         ),
@@ -65,7 +65,7 @@ def flag(argv: list[str], name: str) -> str | None:
             1,
             16,
             "lightonai/LightOnOCR-2-1B",
-            "3",
+            "1",  # its family's declared count
             "1",
             ["--no-enable-prefix-caching"],
         ),

@@ -494,10 +494,11 @@ class VllmSettings(Group):
         le=64,
         description="`--api-server-count`: vLLM's front-end processes, which decode and "
         "preprocess the page images before the engine sees them; 0 = by the engine's vLLM: from "
-        "0.32, one per megapixel of the model family's page budget, at most a quarter of the "
-        "CPUs; before 0.32, whose engine core waits for every API server to start, one (with "
-        "`RENDERER_NUM_WORKERS` threads instead); at least one per replica (said in the log and "
-        "the engine facts).",
+        "0.32, the model family's own count where the GPU check found more add no pages/s (the "
+        "family table's 'API servers'), else one per megapixel of its page budget, at most a "
+        "quarter of the CPUs; before 0.32, whose engine core waits for every API server to "
+        "start, one (with `RENDERER_NUM_WORKERS` threads instead); at least one per replica "
+        "(said in the log and the engine facts).",
     )
     renderer_num_workers: int = Field(
         0,

@@ -18,12 +18,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 from vlm_ocr.engines.families import FAMILIES, Attempt, Family
+from vlm_ocr.engines.vllm.argv import preprocessing_parallelism
 from vlm_ocr.images import Budget
 from vlm_ocr.prompts import Prompt
 from vlm_ocr.settings import RenderSettings
 from vlm_ocr_lab.docs import family_table, generated, hub_presets
 
 MAX_PIXELS = RenderSettings.model_fields["max_pixels"].default
+CPUS = 16  # the host the API servers' column counts for
 
 # Settings whose 0 means "the model family's own": each family's value, for their descriptions.
 PER_FAMILY: dict[str, Callable[[type[Family] | Family], int]] = {
@@ -102,8 +104,9 @@ def behaviour_table() -> str:
     lines = [
         "| family (`MODEL_FAMILY`) | page size | prompt | temperatures of its attempts "
         "(`MAX_ATTEMPTS`) | answer tokens (`MAX_TOKENS`) | context (`MAX_MODEL_LEN`) | "
-        "answer, checked before it is stored | engine flags | start (`START_MODE=auto`) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "answer, checked before it is stored | engine flags | start (`START_MODE=auto`) | "
+        f"API servers (`API_SERVER_COUNT=0`, vLLM 0.32 on, {CPUS} CPUs) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, cls in FAMILIES.items():
         for label, family in cls.variants().items():
@@ -119,9 +122,18 @@ def behaviour_table() -> str:
                 + ("; thinking off, per request and at launch" if family.thinks else ""),
                 f"`{flags}`" if flags else "—",
                 f"`{family.start_mode.value}`",
+                api_servers(family),
             ]
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def api_servers(family: Family) -> str:
+    """Its API servers on one GPU: the count it declares, else its page budget's."""
+    if family.api_server_count is not None:
+        return f"{family.api_server_count} (measured: more add no pages/s)"
+    parallel = preprocessing_parallelism(family.budget(MAX_PIXELS).max_pixels, CPUS)
+    return f"{parallel} (by its page size)"
 
 
 def detection_table() -> str:

@@ -125,6 +125,10 @@ class Family:
     #: `START_MODE=auto`'s mode for it: `fast` where the GPU check found torch.compile gave its
     #: pages no pace (its start without it about half as long), else `throughput`
     start_mode: ClassVar[StartMode] = StartMode.THROUGHPUT
+    #: vLLM's API servers for it where they start beside the engine (vLLM 0.32 on): a count the
+    #: GPU check found more API servers add no pages a second to; None: one per megapixel of
+    #: its page budget (`argv.preprocessing_parallelism`)
+    api_server_count: ClassVar[int | None] = None
 
     def __init__(
         self, model_type: str = "", *, model: str = "", max_pixels: int = 1_600_000

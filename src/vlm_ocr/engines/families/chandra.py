@@ -77,6 +77,11 @@ class Chandra(Family):
     # `fast`, worker and direct path alike, on one H100 (vLLM 0.32). A fresh start compiles for
     # about half a minute more (H200), once per network volume: later starts read the cache.
     start_mode = StartMode.THROUGHPUT
+    # One API server: on H100s (vLLM 0.32) it read as many pages a second as four in each of
+    # three pairs of runs (about a fifth of a CPU at the median, one at its busiest), and a fresh
+    # start was a few seconds shorter beside it (docs/models.md); three processes fewer. Before
+    # 0.32 its one API server preprocesses on as many threads as its page budget asks for.
+    api_server_count = 1
     checkpoints = (
         Checkpoint(
             "datalab-to/chandra-ocr-2",

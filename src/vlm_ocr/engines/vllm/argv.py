@@ -151,10 +151,10 @@ def engine_env(vllm: VllmSettings) -> dict[str, str]:
 # H200 host: 3.5 MP pages (a layout model's) ran at 1.80 pages/s through one and 4.03 through four,
 # where the GPU took over. So one per megapixel of the family's page budget, within what the CPUs
 # leave: the engine core, the worker, its render and CPU-model processes need the other three
-# quarters. On 0.32 one kept Chandra 2's pace on an H100 (two pairs on one host each), and the
-# 0.8B LightOnOCR-3's with its one API server near a full CPU; but the engine core came up 5-8 s
-# later beside it than beside several, waiting on its processor's build. The fork launcher now
-# starts one as several (the handshake took 0.12 s on an H100). The rule stays.
+# quarters. On 0.32 one API server preprocesses far more (some 45-50 MP a second at about one
+# CPU, the fastest family's pages) and, started as several by the fork launcher, no longer holds
+# the engine core's handshake. The rule stays for a family not measured otherwise; a family
+# whose pace more API servers did not raise on the GPU declares its count (`api_server_count`).
 PIXELS_PER_API_SERVER = 1_000_000
 # The image's vLLM (the Dockerfiles' VLLM_VERSION, a test holds them together): what a spec is
 # resolved for until the engine's own version is read at start (`vlm-ocr plan` prints its line).
@@ -188,13 +188,15 @@ def preprocessing_parallelism(page_pixels: int, cpus: int) -> int:
     return min(math.ceil(page_pixels / PIXELS_PER_API_SERVER), max(1, cpus // 4))
 
 
-def front_ends(vllm: VllmSettings, parallel: int, replicas: int, version: str) -> tuple[int, int]:
+def front_ends(
+    vllm: VllmSettings, parallel: int, replicas: int, version: str, declared: int | None = None
+) -> tuple[int, int]:
     """(API servers, renderer threads of each): the settings' where set; else `parallel` page
     images preprocessed at once, as API server processes on a vLLM whose engine does not wait
-    for them, as threads of one API server on one that does. At least one API server per
-    replica (vLLM's own default)."""
+    for them (or the family's `declared` count there), as threads of one API server on one that
+    does. At least one API server per replica (vLLM's own default)."""
     apart = front_ends_apart(version)
-    servers = vllm.api_server_count or max(replicas, parallel if apart else 1)
+    servers = vllm.api_server_count or max(replicas, (declared or parallel) if apart else 1)
     threads = vllm.renderer_num_workers or (1 if apart else math.ceil(parallel / servers))
     return servers, threads
 
@@ -263,10 +265,10 @@ class ServeSpec:
     def on_vllm(self, version: str) -> ServeSpec:
         """This spec for the engine's own vLLM, its version read at start: the front ends
         sized for it."""
-        servers, threads = front_ends(
-            self.vllm, self.preprocessing, self.data_parallel_size, version
-        )
         family = self.family or default_family()
+        servers, threads = front_ends(
+            self.vllm, self.preprocessing, self.data_parallel_size, version, family.api_server_count
+        )
         batched = self.vllm.max_num_batched_tokens or family.batched_tokens(vllm_release(version))
         return dataclasses.replace(
             self,

@@ -630,7 +630,7 @@ def test_a_server_on_reused_caches_says_what_it_did_again(tmp_path: Path) -> Non
     results.parent.mkdir(parents=True)
     results.write_text("{}")  # an earlier start's
     server._autotune_before = _autotune_files({"VLLM_CACHE_ROOT": str(root)})
-    server.facts["caches"] = {"state": "reused"}
+    server.caches = {"state": "reused"}
     for line in [*STALE_032[:3], f"INFO Using FlashInfer autotune cache file: {results}"]:
         server.start_log.line(line, 1.0)
     facts = server._cold_start()
@@ -641,7 +641,7 @@ def test_a_server_on_reused_caches_says_what_it_did_again(tmp_path: Path) -> Non
     ]
     assert "on warm caches, done again: torch.compile" in summary(facts)
     # a folder this start built: compiling is what it had to do
-    server.facts["caches"] = {"state": "building"}
+    server.caches = {"state": "building"}
     assert "redone_on_warm_caches" not in server._cold_start()
 
 
@@ -658,7 +658,7 @@ def test_the_server_points_its_caches_at_the_volume_and_publishes_once_warm(
         return server
 
     first = started()
-    assert first.facts["caches"]["state"] == "building"
+    assert first.caches["state"] == "building"
     root = Path(first.cache_env["VLLM_CACHE_ROOT"]).parent
     assert root.parent == tmp_path / "vllm-cache" and root.name.startswith("Qwen3-VL-32B")
     assert first.child_env()["TRITON_CACHE_DIR"] == str(root / "triton")
@@ -668,11 +668,11 @@ def test_the_server_points_its_caches_at_the_volume_and_publishes_once_warm(
     assert first.child_env()["VLLM_NO_USAGE_STATS"] == "0"
     monkeypatch.delenv("VLLM_NO_USAGE_STATS")
     assert first.child_env()["VLLM_NO_USAGE_STATS"] == "1"
-    assert loop.run(first.ready())["caches"]["state"] == "built and published"
+    assert loop.run(first.ready())["state"] == "built and published" == first.caches["state"]
     second = started()
-    assert second.facts["caches"]["state"] == "reused" and second.cache_env == first.cache_env
+    assert second.caches["state"] == "reused" and second.cache_env == first.cache_env
     monkeypatch.setenv("VLLM_CACHE_ROOT", str(tmp_path / "mine"))  # the user's own: left alone
-    assert started().facts["caches"] == {"state": "as VLLM_CACHE_ROOT and the others were set"}
+    assert started().caches == {"state": "as VLLM_CACHE_ROOT and the others were set"}
 
 
 def test_what_the_images_seed_added_is_still_said_once_the_caches_are_published(
@@ -690,9 +690,10 @@ def test_what_the_images_seed_added_is_still_said_once_the_caches_are_published(
     )
     loop.run(server._prepare_caches())
     seeded = ["modelinfos/vllm-model_executor-models-x-X.json"]
-    assert server.facts["caches"]["seeded"] == seeded
-    assert loop.run(server.ready())["caches"] == {
+    assert server.caches["seeded"] == seeded
+    folder = server.caches["folder"]
+    assert loop.run(server.ready()) == {
         "state": "built and published",
-        "folder": server.facts["caches"]["folder"],
+        "folder": folder,
         "seeded": seeded,
     }

@@ -546,7 +546,7 @@ def test_a_port_taken_before_the_server_bound_it_is_tried_again(loop, tmp_path: 
         facts = loop.run(server.start())
     finally:
         loop.run(server.stop())
-    assert server.base_url == f"http://127.0.0.1:{ports[2]}" and facts["spawn_to_healthy_s"] > 0
+    assert server.base_url == f"http://127.0.0.1:{ports[2]}" and facts.spawn_to_healthy_s > 0
 
 
 def test_the_cause_of_a_failed_start_is_one_line_of_the_engine_log() -> None:

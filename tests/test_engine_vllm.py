@@ -590,7 +590,7 @@ def test_two_workers_starting_at_once_on_one_volume_and_a_third_after_them(
     from vlm_ocr.engines.model_files import ModelFiles
     from vlm_ocr.engines.vllm.argv import ServeSpec
     from vlm_ocr.engines.vllm.caches import COMPLETE
-    from vlm_ocr.engines.vllm.server import VllmServer
+    from vlm_ocr.engines.vllm.server import StartFacts, VllmServer
 
     seed = tmp_path / "seed"
     script = ROOT / "builder/seed_vllm_cache.py"
@@ -615,34 +615,38 @@ def test_two_workers_starting_at_once_on_one_volume_and_a_third_after_them(
         spec = ServeSpec.resolve(settings, GpuFacts(), cpus=host_cores())
         return VllmServer(spec, ModelFiles(settings.model, volume=volume))
 
-    async def start_and_publish(servers: list[VllmServer]) -> list[dict[str, Any]]:
+    async def start_and_publish(
+        servers: list[VllmServer],
+    ) -> list[tuple[StartFacts, dict[str, Any] | None]]:
+        """Each start's facts, and its caches' state once the engine served (published)."""
         try:
             facts = await asyncio.gather(*(s.start() for s in servers))
             published = await asyncio.gather(*(s.ready() for s in servers))
         finally:
             await asyncio.gather(*(s.stop() for s in servers), return_exceptions=True)
-        return [f | p for f, p in zip(facts, published, strict=True)]
+        return list(zip(facts, published, strict=True))
 
     with pytest.MonkeyPatch.context() as env:
         for key, value in (SERVER_ENV | {"VLLM_LOGGING_LEVEL": "DEBUG"}).items():
             env.setenv(key, value)
         env.delenv("VLLM_CACHE_ROOT", raising=False)
         two = loop.run(start_and_publish([server(), server()]))
-        [third] = loop.run(start_and_publish([server()]))
-    assert sorted(f["caches"]["state"] for f in two) == [
+        [(third, caches)] = loop.run(start_and_publish([server()]))
+    assert sorted(published["state"] for _, published in two if published) == [
         "built and published",
         "built privately (another worker was building the same key)",
     ]
-    for facts in two:
-        assert facts["cold_start"]["model_inspection_s"] < 1  # read from the seeded entry
-        assert any("Qwen3VLForConditionalGeneration" in e for e in facts["caches"]["seeded"])
+    for facts, published in two:
+        assert facts.cold_start["model_inspection_s"] < 1  # read from the seeded entry
+        assert published is not None
+        assert any("Qwen3VLForConditionalGeneration" in e for e in published["seeded"])
     [key] = [p for p in (volume / "vllm-cache").iterdir()]  # the private folder is gone
     assert (key / COMPLETE).is_file()
     assert list(key.glob("vllm/modelinfos/*Qwen3VLForConditionalGeneration.json"))
     assert list(key.glob("vllm/torch_compile_cache/torch_aot_compile/*/rank_0_0/model"))
-    cold = third["cold_start"]
-    assert third["caches"] == {"state": "reused", "folder": str(key)}
-    assert "seeded" not in third["caches"]  # the folder had the entries already
+    cold = third.cold_start
+    assert caches == {"state": "reused", "folder": str(key)}
+    assert "seeded" not in caches  # the folder had the entries already
     # the CPU build's eager backend saves a compiled model it cannot load again: that start
     # compiles again, says why, and serves
     assert cold["compile_cache"] in ("hit", "miss")

@@ -16,7 +16,7 @@ import math
 import random
 import time
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import ConfigError, EngineError, InputError, TransportError
 from ..images import Budget, PageImage
@@ -27,6 +27,9 @@ from .chat_client import NO_ANSWER, REPETITION_DETECTION, ChatClient, Completion
 from .families import FAMILIES, AnswerError, Attempt, Family, Page, Reading
 from .gpu import GpuFacts
 from .model_files import ModelFiles
+
+if TYPE_CHECKING:
+    from .vllm.server import StartFacts
 
 log = logging.getLogger(__name__)
 
@@ -79,12 +82,13 @@ class ServerHandle(Protocol):
     #: the worker started it: its model is the worker's own and its log the worker's to show
     owned: bool
 
-    async def start(self) -> dict[str, Any]:
-        """Make the server ready; returns facts about it for the engine facts."""
+    async def start(self) -> StartFacts | None:
+        """Make the server ready; returns facts about its start (None: nothing was started)."""
         ...
 
-    async def ready(self) -> dict[str, Any]:
-        """The engine served its warm-up page; returns facts of what that settled."""
+    async def ready(self) -> dict[str, Any] | None:
+        """The engine served its warm-up page; returns the compile caches' state it settled
+        (None: no caches of its own)."""
         ...
 
     async def gone_after_error(self) -> bool:
@@ -116,11 +120,11 @@ class ExternalServer:
             raise ConfigError("ENGINE=openai needs OPENAI_BASE_URL (the server's base URL)")
         self.base_url = base_url
 
-    async def start(self) -> dict[str, Any]:
-        return {}
+    async def start(self) -> StartFacts | None:
+        return None
 
-    async def ready(self) -> dict[str, Any]:
-        return {}
+    async def ready(self) -> dict[str, Any] | None:
+        return None
 
     async def gone_after_error(self) -> bool:
         return False
@@ -249,10 +253,11 @@ class VlmEngine:
             **self.family.describe(),
             **self._known,
         }
-        server_facts = await self.server.start()
-        if server_facts.get("downloaded", {}).get("resolved_commit") and not self.baked:
+        started = await self.server.start()
+        resolved = started and started.downloaded and started.downloaded.get("resolved_commit")
+        if resolved and not self.baked:
             # the commit a download at start resolved MODEL_REVISION to keys the stored texts
-            self.facts.revision = server_facts["downloaded"]["resolved_commit"]
+            self.facts.revision = resolved
         self.client = ChatClient(
             self.base_url,
             self.model,
@@ -280,17 +285,18 @@ class VlmEngine:
         details["warmup_finish_reason"] = answer.finish_reason
         details["warmup_prompt_tokens"] = answer.prompt_tokens
         details["thinking_checked"] = "the warm-up answer carried no reasoning"
-        server_facts |= await self.server.ready()
-        if server_facts:
-            self.facts.version = server_facts.pop("vllm_version", None) or "unknown"
-            kernel = server_facts.get("gdn_prefill_kernel")
-            if not kernel:
-                server_facts["gdn_prefill_kernel"] = (
-                    "not logged (the model has no GDN layers)"
-                    if not details.get("gdn_layers")
-                    else "not logged"
-                )
-            details |= server_facts
+        caches = await self.server.ready()
+        if started is not None:
+            self.facts.version = started.vllm_version or "unknown"
+            details |= started.as_json()
+            details.setdefault(
+                "gdn_prefill_kernel",
+                "not logged"
+                if details.get("gdn_layers")
+                else "not logged (the model has no GDN layers)",
+            )
+            if caches is not None:
+                details["caches"] = caches
         if self.baked is not None:
             details["baked"] = self.baked
         self.facts.details = details

@@ -27,7 +27,7 @@ import shlex
 import signal
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +98,41 @@ class Child:
     reader: asyncio.Task[None] | None = None
 
 
+@dataclass(frozen=True)
+class StartFacts:
+    """What a start of the server says of the engine, built once it answers: the engine facts'
+    server part (`as_json`, under the names the bench, the GPU check and the docs read)."""
+
+    vllm_version: str | None  # as the server's /version says
+    spawn_to_healthy_s: float
+    kv_cache_dtype: str
+    data_parallel_size: int
+    tensor_parallel_size: int
+    argv: list[str]  # the server's, after its interpreter
+    split_start: bool
+    fork_server: bool
+    api_server_count: int
+    renderer_num_workers: int
+    start_mode: str
+    max_num_batched_tokens: int
+    triton_autotune: str
+    pid: int | None
+    cold_start: dict[str, Any]  # the start by vLLM's log (`StartLog.facts`)
+    caches: dict[str, Any]  # the compile caches: their state, folder and what the seed added
+    logged: dict[str, str]  # what vLLM's log stated (`logs.facts_in`), the first of each
+    downloaded: dict[str, Any] | None = None  # the weights, where fetched or found at start
+    download_s: float | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        """The facts as the engine facts carry them: the log's beside the others, the version
+        left to the engine facts' own field, the download only where there was one."""
+        out = asdict(self)
+        logged, _ = out.pop("logged"), out.pop("vllm_version")
+        if self.downloaded is None:
+            del out["downloaded"], out["download_s"]
+        return logged | out
+
+
 class VllmServer:
     """The engine server as children of this worker: they die with the worker, and the worker
     never talks to a server it did not start. Nothing runs and no port is taken until `start`."""
@@ -119,7 +154,9 @@ class VllmServer:
         self._pick_port = pick_port
         self.base_url = ""  # known once started
         self.children: list[Child] = []
-        self.facts: dict[str, Any] = {}
+        self.logged: dict[str, str] = {}  # facts vLLM's log stated, the first of each
+        self.caches: dict[str, Any] = {}  # the compile caches' state, for the engine facts
+        self._served_version: str | None = None  # as /version answered
         self.tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
         self.downloaded: dict[str, Any] | None = None
         self.cache: VolumeCache | None = None  # the compile caches on the network volume
@@ -140,15 +177,14 @@ class VllmServer:
     def _exited(self) -> Child | None:
         return next((c for c in self.children if c.proc and c.proc.returncode is not None), None)
 
-    async def start(self) -> dict[str, Any]:
+    async def start(self) -> StartFacts:
         """Spawn the server and wait until /health answers; returns facts about the start."""
         vllm = self.spec.vllm
         await self._size_for_engine()  # before the download: an interpreter without vLLM is said
         t_download = time.perf_counter()
         self.downloaded = await ensure_model(self.files, vllm.vllm_python)
+        download_s = round(time.perf_counter() - t_download, 2)
         if self.downloaded is not None:
-            self.facts["downloaded"] = self.downloaded
-            self.facts["download_s"] = round(time.perf_counter() - t_download, 2)
             self._check_family()
         t0 = time.perf_counter()
         for attempt in range(1, START_ATTEMPTS + 1):
@@ -175,26 +211,33 @@ class VllmServer:
                     raise EngineError(str(exc), fatal=True) from None
                 log.warning("%s; starting again on other ports", exc)
         self._watcher = asyncio.create_task(self._watch())
-        self.facts["spawn_to_healthy_s"] = round(time.perf_counter() - t0, 2)
-        self.facts["kv_cache_dtype"] = self.spec.kv_cache_dtype
-        self.facts["data_parallel_size"] = self.spec.data_parallel_size
-        self.facts["tensor_parallel_size"] = self.spec.vllm.tensor_parallel_size
-        self.facts["argv"] = self.children[0].argv[1:]
-        self.facts["split_start"] = len(self.children) > 1
-        self.facts["fork_server"] = self.facts["split_start"] and self.spec.vllm.vllm_fork_server
-        self.facts["api_server_count"] = self.spec.api_server_count
-        self.facts["renderer_num_workers"] = self.spec.renderer_num_workers
-        self.facts["start_mode"] = self.spec.start_mode.value
-        self.facts["max_num_batched_tokens"] = self.spec.max_num_batched_tokens
+        spawn_to_healthy_s = round(time.perf_counter() - t0, 2)
         # as vLLM (0.24 on) reads it: set by TRITON_AUTOTUNE, or by hand in the environment
         forced = self.child_env().get("VLLM_TRITON_FORCE_FIRST_CONFIG", "").strip().lower()
-        self.facts["triton_autotune"] = (
-            "off (first valid config)" if forced in ("1", "true") else "on"
+        split = len(self.children) > 1
+        facts = StartFacts(
+            vllm_version=self._served_version,
+            spawn_to_healthy_s=spawn_to_healthy_s,
+            kv_cache_dtype=self.spec.kv_cache_dtype,
+            data_parallel_size=self.spec.data_parallel_size,
+            tensor_parallel_size=vllm.tensor_parallel_size,
+            argv=self.children[0].argv[1:],
+            split_start=split,
+            fork_server=split and vllm.vllm_fork_server,
+            api_server_count=self.spec.api_server_count,
+            renderer_num_workers=self.spec.renderer_num_workers,
+            start_mode=self.spec.start_mode.value,
+            max_num_batched_tokens=self.spec.max_num_batched_tokens,
+            triton_autotune="off (first valid config)" if forced in ("1", "true") else "on",
+            pid=self.proc.pid if self.proc else None,
+            cold_start=self._cold_start(),
+            caches=dict(self.caches),
+            logged=dict(self.logged),
+            downloaded=self.downloaded,
+            download_s=download_s if self.downloaded is not None else None,
         )
-        self.facts["pid"] = self.proc.pid if self.proc else None
-        self.facts["cold_start"] = self._cold_start()
         log.info("engine start, by vLLM's log: %s", self.start_log.summary())
-        return dict(self.facts)
+        return facts
 
     async def _size_for_engine(self) -> None:
         """Read the engine's vLLM once and size the front ends for it (how they start and
@@ -222,22 +265,23 @@ class VllmServer:
             there_now=bool(path and path.is_file()),
         )
         facts = start.facts()
-        reused = self.facts.get("caches", {}).get("state") == "reused"
+        reused = self.caches.get("state") == "reused"
         if reused and (redone := redone_on_warm_caches(facts)):
             facts["redone_on_warm_caches"] = redone
             log.warning("the engine's caches were whole, yet it did again: %s", redone)
         return facts
 
-    async def ready(self) -> dict[str, Any]:
-        """The engine served a real page: its compile caches are whole, and are published."""
+    async def ready(self) -> dict[str, Any] | None:
+        """The engine served a real page: its compile caches are whole, and are published;
+        returns their state now (None without a volume's caches)."""
         if self.cache is None:
-            return {}
+            return None
         state = await asyncio.to_thread(self.cache.publish)
         log.info("compile caches %s: %s", state, self.cache.published)
-        caches: dict[str, Any] = {"state": state, "folder": str(self.cache.published)}
+        self.caches = {"state": state, "folder": str(self.cache.published)}
         if self.cache.seeded:  # what the image's seed added, still said once published
-            caches["seeded"] = self.cache.seeded
-        return {"caches": caches}
+            self.caches["seeded"] = self.cache.seeded
+        return dict(self.caches)
 
     async def _prepare_caches(self) -> None:
         """Point the compile caches at the network volume, in the folder of this start's key;
@@ -246,14 +290,14 @@ class VllmServer:
         image_seed = Path(self.spec.vllm.vllm_cache_seed)
         by_hand = "VLLM_CACHE_ROOT" in os.environ
         if not volume.is_dir():
-            self.facts["caches"] = {"state": "the container's own (no network volume)"}
+            self.caches = {"state": "the container's own (no network volume)"}
             if not by_hand and (
                 seeded := await asyncio.to_thread(seed, image_seed, vllm_cache_root(os.environ))
             ):
-                self.facts["caches"]["seeded"] = seeded
+                self.caches["seeded"] = seeded
             return
         if by_hand:
-            self.facts["caches"] = {"state": "as VLLM_CACHE_ROOT and the others were set"}
+            self.caches = {"state": "as VLLM_CACHE_ROOT and the others were set"}
             return
         if self.cache is None:
             key = cache_key(self.spec, self._vllm_version or "unknown", os.environ)
@@ -263,9 +307,9 @@ class VllmServer:
         state = (
             "building" if self.cache.building else ("private" if self.cache.private else "reused")
         )
-        self.facts["caches"] = {"state": state, "folder": str(folder)}
+        self.caches = {"state": state, "folder": str(folder)}
         if self.cache.seeded:
-            self.facts["caches"]["seeded"] = self.cache.seeded
+            self.caches["seeded"] = self.cache.seeded
 
     def _check_family(self) -> None:
         """A model downloaded at start was told by its name alone: its config must agree."""
@@ -305,7 +349,7 @@ class VllmServer:
                 await asyncio.sleep(0.5)
             with contextlib.suppress(httpx.HTTPError, ValueError):
                 version = (await client.get(self.base_url + "/version")).json()
-                self.facts["vllm_version"] = version.get("version")
+                self._served_version = version.get("version")
         if exited := self._exited():  # healthy, but not ours: it exited meanwhile
             await self._failed_start(exited)
 
@@ -387,7 +431,7 @@ class VllmServer:
             self.tail.append(line)
             self.start_log.line(line, time.perf_counter() - self._t_spawn)
             for name, value in facts_in(line).items():
-                self.facts.setdefault(name, value)
+                self.logged.setdefault(name, value)
             if "ERROR" in line or "Traceback" in line:
                 log.warning("engine: %s", line)
             else:

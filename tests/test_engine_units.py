@@ -4,6 +4,7 @@ selection, the log."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -31,7 +32,7 @@ from vlm_ocr.engines.vllm.argv import (
     vllm_release,
 )
 from vlm_ocr.engines.vllm.logs import address_in_use, cause_in, exit_reason, facts_in
-from vlm_ocr.engines.vllm.server import Child, VllmServer
+from vlm_ocr.engines.vllm.server import Child, StartFacts, VllmServer
 from vlm_ocr.engines.vlm import ExternalServer, VlmEngine
 from vlm_ocr.errors import EngineError
 from vlm_ocr.prompts import PRESETS, Prompt, resolve
@@ -521,6 +522,38 @@ class H(http.server.BaseHTTPRequestHandler):
     def log_message(self, *a): pass
 http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
 """
+
+
+def test_a_starts_facts_read_as_the_engine_facts_carry_them() -> None:
+    start = StartFacts(
+        vllm_version="0.32.0",
+        spawn_to_healthy_s=12.5,
+        kv_cache_dtype="fp8",
+        data_parallel_size=1,
+        tensor_parallel_size=1,
+        argv=["-m", "vllm.entrypoints.cli.main", "serve", "m"],
+        split_start=True,
+        fork_server=True,
+        api_server_count=1,
+        renderer_num_workers=1,
+        start_mode="fast",
+        max_num_batched_tokens=16384,
+        triton_autotune="on",
+        pid=42,
+        cold_start={"engine_init_s": 7.2},
+        caches={"state": "building", "folder": "/runpod-volume/vllm-cache/m-1"},
+        logged={"gdn_prefill_kernel": "Triton/FLA", "kv_cache_tokens": "1,024"},
+    )
+    shown = start.as_json()
+    # the log's facts beside the others; the version is the engine facts' own field; no
+    # download where none ran
+    assert shown["gdn_prefill_kernel"] == "Triton/FLA" and shown["kv_cache_tokens"] == "1,024"
+    assert shown["api_server_count"] == 1 and shown["caches"]["state"] == "building"
+    assert "logged" not in shown and "vllm_version" not in shown
+    assert "downloaded" not in shown and "download_s" not in shown
+    fetched = dataclasses.replace(start, downloaded={"resolved_commit": "abc"}, download_s=3.0)
+    assert fetched.as_json()["downloaded"] == {"resolved_commit": "abc"}
+    assert json.loads(json.dumps(shown)) == shown  # what the manifests and the log carry
 
 
 def test_a_port_taken_before_the_server_bound_it_is_tried_again(loop, tmp_path: Path) -> None:

@@ -208,8 +208,8 @@ def test_a_split_start_is_one_server_and_one_headless_engine_on_the_same_flags()
     base = server_argv(split, 8000)
     # both run through the fork launcher (VLLM_FORK_SERVER, the default), on vLLM's flags
     forked = through_fork_launcher(base)
-    # the default model's 1.6 MP pages: two API servers; the headless engine has none
-    front = ["--api-server-count", "2"]
+    # the default model's family declares one API server; the headless engine has none
+    front = ["--api-server-count", "1"]
     assert argvs == {
         "server": [*forked, *dp, "--data-parallel-size-local", "0", *front],
         "engine": [*forked, *dp, "--data-parallel-size-local", "1", "--headless"],
@@ -316,27 +316,28 @@ def test_the_server_sizes_the_front_ends_for_the_engines_own_vllm(loop, tmp_path
     chandra = ServeSpec.resolve(
         Settings(vllm_python=str(python)), H100, FAMILIES["chandra"](), cpus=16
     )
-    # the image's vLLM: the one API server its family declares
-    assert (chandra.api_server_count, chandra.renderer_num_workers) == (1, 1)
+    # the image's vLLM: an API server process a megapixel of its 6 MP pages, a quarter of 16 CPUs
+    assert (chandra.api_server_count, chandra.renderer_num_workers) == (4, 1)
     server = VllmServer(chandra, ModelFiles(Settings().model))
     loop.run(server._size_for_engine())
-    # 0.26: one API server anyway, with the renderer threads its 6 MP pages ask for
+    # 0.26: one API server (the engine waits for each), with as many renderer threads instead
     assert (server.spec.api_server_count, server.spec.renderer_num_workers) == (1, 4)
     assert server.spec.vllm_version == "0.26.0"
 
 
 def test_a_family_that_declares_its_api_servers_gets_them_where_they_start_apart() -> None:
-    chandra, dots = FAMILIES["chandra"], FAMILIES["dots-ocr"]
-    assert chandra.api_server_count == 1 and dots.api_server_count is None
+    qwen, dots = FAMILIES["qwen-vl"], FAMILIES["dots-ocr"]
+    assert qwen.api_server_count == 1 and dots.api_server_count is None
+    assert FAMILIES["qwen3.5"].api_server_count is None  # its subclass keeps the rule
 
     def front(family: type, gpu: GpuFacts = H100, **values: object) -> tuple[int, int]:
         spec = ServeSpec.resolve(Settings(**values), gpu, family(), cpus=16).on_vllm("0.32.0")
         return spec.api_server_count, spec.renderer_num_workers
 
-    assert front(chandra) == (1, 1)
+    assert front(qwen) == (1, 1)
     assert front(dots) == (4, 1)  # by its page budget: 11 MP, a quarter of 16 CPUs at most
-    assert front(chandra, api_server_count=3) == (3, 1)  # the setting wins
-    assert front(chandra, GpuFacts.parse(TWO_H200 * 2)) == (4, 1)  # one per replica at least
+    assert front(qwen, api_server_count=3) == (3, 1)  # the setting wins
+    assert front(qwen, GpuFacts.parse(TWO_H200 * 2)) == (4, 1)  # one per replica at least
 
 
 @pytest.mark.parametrize(

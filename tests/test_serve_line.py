@@ -50,7 +50,7 @@ def flag(argv: list[str], name: str) -> str | None:
             1,
             16,
             "datalab-to/chandra-ocr-2",
-            "1",  # its family's declared count, not its 6.3 MP pages' four
+            "4",  # its 6.3 MP pages: one a megapixel, a quarter of the CPUs at most
             "1",
             ["--default-chat-template-kwargs"],
         ),
@@ -65,7 +65,7 @@ def flag(argv: list[str], name: str) -> str | None:
             1,
             16,
             "lightonai/LightOnOCR-2-1B",
-            "1",  # its family's declared count
+            "3",  # pages within 1,540² px: 2.4 MP
             "1",
             ["--no-enable-prefix-caching"],
         ),
@@ -98,7 +98,8 @@ def flag(argv: list[str], name: str) -> str | None:
         ),
         ("dots-ocr", 1, 16, "rednote-hilab/dots.mocr", "4", "1", ["--trust-remote-code"]),
         ("dots-ocr", 4, 4, "rednote-hilab/dots.mocr", "4", "4", ["--chat-template-content-format"]),
-        ("qwen-vl", 1, 16, "QuantTrio/Qwen3-VL-32B-Instruct-AWQ", "2", "1", []),
+        # its family's declared count, not its 1.6 MP pages' two
+        ("qwen-vl", 1, 16, "QuantTrio/Qwen3-VL-32B-Instruct-AWQ", "1", "1", []),
         ("qwen-vl", 4, 4, "QuantTrio/Qwen3-VL-32B-Instruct-AWQ", "4", "4", []),
     ],
 )

@@ -77,11 +77,9 @@ class Chandra(Family):
     # `fast`, worker and direct path alike, on one H100 (vLLM 0.32). A fresh start compiles for
     # about half a minute more (H200), once per network volume: later starts read the cache.
     start_mode = StartMode.THROUGHPUT
-    # One API server: on H100s (vLLM 0.32) it read as many pages a second as four in each of
-    # three pairs of runs (about a fifth of a CPU at the median, one at its busiest), and a fresh
-    # start was a few seconds shorter beside it (docs/models.md); three processes fewer. Before
-    # 0.32 its one API server preprocesses on as many threads as its page budget asks for.
-    api_server_count = 1
+    # API servers by the rule (one per megapixel of its pages, four on 16 CPUs): on H100s one
+    # read as many pages a second as four, but on an H200, which decodes faster, four read some
+    # 5 % more through the worker and 2 % more on the direct path (docs/models.md).
     checkpoints = (
         Checkpoint(
             "datalab-to/chandra-ocr-2",

@@ -68,10 +68,9 @@ class LightOnOcr(Family):
     # No torch.compile: on one H200 (vLLM 0.32) it read some 6 % more pages a second without it,
     # worker and direct path alike, and the engine was ready in about a third of the time.
     start_mode = StartMode.FAST
-    # One API server: on an H100 (vLLM 0.32) it read as many pages a second as three, and on an
-    # H200 six read no more than three (docs/models.md); the engine, not the preprocessing,
-    # holds its pace.
-    api_server_count = 1
+    # API servers by the rule (one per megapixel of its pages): one kept an H100's pace, but on
+    # an H200 it ran near a full CPU at under 8 pages a second, where each of three ran at about
+    # a seventh of one (docs/models.md): one would hold back a faster engine.
     checkpoints = (
         Checkpoint(
             "lightonai/LightOnOCR-2-1B",

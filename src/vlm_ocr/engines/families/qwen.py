@@ -89,6 +89,10 @@ class QwenVl(Family):
     # No torch.compile: on the H200 (vLLM 0.32) the AWQ model was ready in under a third of the
     # time, and read within a few hundredths of its pages a second with it.
     start_mode = StartMode.FAST
+    # One API server: on an H200 (vLLM 0.32) the AWQ model read as many pages a second with one
+    # as with two, the GPU busy throughout and the one API server at about a tenth of a CPU
+    # (docs/models.md); one process fewer.
+    api_server_count = 1
     checkpoints = (
         Checkpoint(
             "QuantTrio/Qwen3-VL-32B-Instruct-AWQ",
@@ -182,6 +186,9 @@ class Qwen35(QwenVl):
     # Not measured without torch.compile: the Qwen3.5-based LightOnOCR-3 read about a tenth
     # fewer pages a second without it (its gated-delta-net layers are compiled pieces).
     start_mode = StartMode.THROUGHPUT
+    # API servers by the rule, not Qwen3-VL's one: the small Qwen3.5's busiest API server ran a
+    # full CPU on an H200 (docs/models.md).
+    api_server_count = None
     checkpoints = (
         Checkpoint(
             "Qwen/Qwen3.6-27B-FP8",

@@ -331,13 +331,19 @@ def test_a_family_that_declares_its_api_servers_gets_them_where_they_start_apart
     assert FAMILIES["qwen3.5"].api_server_count is None  # its subclass keeps the rule
 
     def front(family: type, gpu: GpuFacts = H100, **values: object) -> tuple[int, int]:
-        spec = ServeSpec.resolve(Settings(**values), gpu, family(), cpus=16).on_vllm("0.32.0")
+        model = Settings(**values).model.model_name
+        served = family(model=model)
+        spec = ServeSpec.resolve(Settings(**values), gpu, served, cpus=16).on_vllm("0.32.0")
         return spec.api_server_count, spec.renderer_num_workers
 
-    assert front(qwen) == (1, 1)
+    assert front(qwen) == (1, 1)  # the default model: the 32B AWQ
     assert front(dots) == (4, 1)  # by its page budget: 11 MP, a quarter of 16 CPUs at most
     assert front(qwen, api_server_count=3) == (3, 1)  # the setting wins
     assert front(qwen, GpuFacts.parse(TWO_H200 * 2)) == (4, 1)  # one per replica at least
+    # measured on the 32B only: a smaller one (or a sparse one) gets the rule's two
+    for model in ("QuantTrio/Qwen3-VL-8B-Instruct-AWQ", "Qwen/Qwen3-VL-30B-A3B-Instruct"):
+        assert front(qwen, model_name=model) == (2, 1), model
+    assert ServeSpec.resolve(Settings(), H100, cpus=16).api_server_count == 1  # no family given
 
 
 @pytest.mark.parametrize(

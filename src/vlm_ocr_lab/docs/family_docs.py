@@ -129,7 +129,19 @@ def behaviour_table() -> str:
 
 
 def api_servers(family: Family) -> str:
-    """Its API servers on one GPU: the count it declares, else its page budget's."""
+    """Its API servers on one GPU: the count it declares, else its page budget's; where its
+    checkpoints get different counts (told by their names), each count with theirs."""
+    kind = type(family)
+    cells: dict[str, list[str]] = {}
+    for checkpoint in kind.checkpoints:
+        served = kind(family.model_type, model=checkpoint.repo)
+        cells.setdefault(api_server_cell(served), []).append(checkpoint.short)
+    if len(cells) < 2:
+        return next(iter(cells), api_server_cell(family))
+    return "; ".join(f"{cell} for {_and(names)}" for cell, names in cells.items())
+
+
+def api_server_cell(family: Family) -> str:
     if family.api_server_count is not None:
         return f"{family.api_server_count} (measured: more add no pages/s)"
     parallel = preprocessing_parallelism(family.budget(MAX_PIXELS).max_pixels, CPUS)

@@ -89,9 +89,10 @@ class QwenVl(Family):
     # No torch.compile: on the H200 (vLLM 0.32) the AWQ model was ready in under a third of the
     # time, and read within a few hundredths of its pages a second with it.
     start_mode = StartMode.FAST
-    # One API server: on an H200 (vLLM 0.32) the AWQ model read as many pages a second with one
-    # as with two, the GPU busy throughout and the one API server at about a tenth of a CPU
-    # (docs/models.md); one process fewer.
+    # One API server for the 32B models: on an H200 (vLLM 0.32) the AWQ model read as many pages
+    # a second with one as with two, the GPU busy throughout and the one API server at about a
+    # tenth of a CPU (docs/models.md); one process fewer. A smaller or sparser model writes its
+    # pages faster than that was measured at: the rule's count (`__init__`).
     api_server_count = 1
     checkpoints = (
         Checkpoint(
@@ -130,6 +131,8 @@ class QwenVl(Family):
         super().__init__(model_type, model=model, max_pixels=max_pixels)
         if model_type.startswith(QWEN2_TYPES):
             self.patch = 28  # patch 14, merged 2×2 (Qwen3-VL and Qwen3.5: 16, merged 2×2)
+        if "32b" not in self.model:
+            self.api_server_count = None  # type: ignore[misc]
 
     def parse(self, answer: str, prompt: Prompt, page: Page) -> Reading:
         if prompt.answer != "qwenvl-html":

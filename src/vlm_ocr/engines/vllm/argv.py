@@ -265,7 +265,7 @@ class ServeSpec:
     def on_vllm(self, version: str) -> ServeSpec:
         """This spec for the engine's own vLLM, its version read at start: the front ends
         sized for it."""
-        family = self.family or default_family()
+        family = self.family or default_family(model=self.model)
         servers, threads = front_ends(
             self.vllm, self.preprocessing, self.data_parallel_size, version, family.api_server_count
         )
@@ -294,14 +294,15 @@ class ServeSpec:
         family's page size and the vLLM (`vllm_version`; the server sizes them again for the
         engine's own at start), the page and context sizes and the extra flags by the family."""
         vllm = settings.vllm
-        family = family or default_family(max_pixels=settings.render.max_pixels)
+        model = settings.model.model_name
+        family = family or default_family(model=model, max_pixels=settings.render.max_pixels)
         memory = gpu.memory_gib(vllm.tensor_parallel_size)
         replicas = data_parallel_size(vllm, gpu)
         page_pixels = family.budget(settings.render.max_pixels).max_pixels
         parallel = preprocessing_parallelism(page_pixels, cpus)
         return cls(
             vllm=vllm,
-            model=settings.model.model_name,
+            model=model,
             revision=settings.model.model_revision,
             served_model_name=settings.vlm.served_model_name,
             max_num_seqs=vllm.max_num_seqs or default_max_num_seqs(memory),

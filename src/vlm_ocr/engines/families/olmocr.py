@@ -51,6 +51,10 @@ class OlmOcr(Family):
     # than the three with it, a decoding step of 256 sequences some 13 ms against 16 (vLLM's
     # gauges), and the engine was ready in half the time.
     start_mode = StartMode.FAST
+    # One API server: on an H100 (vLLM 0.32) it read as many pages a second as the rule's two, the
+    # one at under half a CPU at the median and some seven tenths at its busiest (docs/models.md);
+    # an H200 writes these pages about an eighth faster, still well inside one CPU.
+    api_server_count = 1
     checkpoints = (
         Checkpoint(
             "allenai/olmOCR-2-7B-1025-FP8",

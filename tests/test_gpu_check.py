@@ -307,6 +307,15 @@ def test_engines_sharing_the_gpu_are_planned_as_such() -> None:
     for bad in ("0", "5", "two"):
         with pytest.raises(ValueError, match="ENGINES_ON_GPU is 1 to 4"):
             gpu_check.parse_spec(f"chandra,ENGINES_ON_GPU={bad}")
+    # CUDA's Multi-Process Service is the check's own, for engines that share the GPU alone
+    mps = gpu_check.step("chandra,ENGINES_ON_GPU=2,MPS=1", rows, "0.32")
+    assert mps.engines == 2 and mps.estimate_s == shared.estimate_s
+    assert dict(part.split("=", 1) for part in shlex.split(mps.shell(5000)))["run_env"] == (
+        "ENGINES_ON_GPU=2 MPS=1"
+    )
+    for bad in ("chandra,MPS=1", "chandra,ENGINES_ON_GPU=2,MPS=yes"):
+        with pytest.raises(ValueError, match="MPS is 0 or 1"):
+            gpu_check.parse_spec(bad)
 
 
 def test_the_summary_adds_up_engines_that_shared_the_gpu() -> None:

@@ -18,7 +18,8 @@
 # rows to append to benchmarks/page_arith.jsonl.
 # A target's PYSPY_HZ=N samples its run with py-spy (carry .gpu-bundle/py-spy with the call that
 # starts the check; dev/gpu/pyspy_summary.py reads the samples); its
-# ENGINES_ON_GPU=N runs N benches whose engines share the GPU (their rows: shared-rows.jsonl); its
+# ENGINES_ON_GPU=N runs N benches whose engines share the GPU (their rows: shared-rows.jsonl),
+# with MPS=1 as clients of CUDA's Multi-Process Service (its daemon ended after the run); its
 # DIRECT_FIRST=1 runs the direct path before the worker's pass (a first busy minute told apart).
 # Every run sends a family's greedy attempt at temperature 1 (a stand-in's greedy answer repeats
 # the prompt's last token: no text); a target's GREEDY_TEMPERATURE=0 keeps it greedy.
@@ -165,10 +166,26 @@ run_shared() {  # ENGINES_ON_GPU=N: N benches whose engines share the GPU, each 
   local dir=$1 log=$2 k pid go=$work/go-$tag share profile=()  # (py-spy: a single engine only)
   rm -f "$go" "$go".ready-* "$work"/shared-*.jsonl
   share=$(python3 -c "print(round(${GPU_MEMORY_UTILIZATION:-0.9} / $ENGINES_ON_GPU, 3))")
+  # MPS=1: the engines as clients of CUDA's Multi-Process Service, whose kernels may share the
+  # SMs; the GPU's compute mode stays as it is, and the daemon, on a pipe of this run's own (no
+  # other run is its client), is ended after it
+  local mps=0 mps_note=${run_env:+, $run_env}
+  if [ "${MPS:-0}" = 1 ]; then
+    export CUDA_MPS_PIPE_DIRECTORY=$work/mps-$tag CUDA_MPS_LOG_DIRECTORY=$logs/mps-$tag
+    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+    if nvidia-cuda-mps-control -d > "$CUDA_MPS_LOG_DIRECTORY/start.txt" 2>&1; then
+      mps=1
+    else
+      echo "MPS: the control daemon did not start ($(head -c 300 \
+        "$CUDA_MPS_LOG_DIRECTORY/start.txt")): the engines share the GPU without it" >&2
+      unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+      mps_note="$mps_note, without MPS: its daemon did not start"
+    fi
+  fi
   for k in $(seq "$ENGINES_ON_GPU"); do
     VLLM_PORT=$((port + 1000 * k)) GPU_MEMORY_UTILIZATION=$share bench "${log%.txt}-$k.txt" \
       --pages $((pages / 2)) --jobs 2 --start-together "$go" --record "$work/shared-$k.jsonl" \
-      --note "GPU check $label: engine $k of $ENGINES_ON_GPU sharing the GPU${run_env:+, $run_env}" &
+      --note "GPU check $label: engine $k of $ENGINES_ON_GPU sharing the GPU$mps_note" &
     pid=$!
     while [ "$(find "$work" -maxdepth 1 -name "go-$tag.ready-*" | wc -l)" -lt "$k" ] \
       && kill -0 "$pid" 2> /dev/null; do
@@ -177,6 +194,8 @@ run_shared() {  # ENGINES_ON_GPU=N: N benches whose engines share the GPU, each 
   done
   touch "$go"
   wait
+  [ "$mps" = 1 ] && { echo quit | nvidia-cuda-mps-control; } > /dev/null 2>&1
+  return 0
 }
 
 . dev/gpu/env.sh  # the bundle unpacked (once), the worker's Python path: the planner imports it

@@ -179,9 +179,13 @@ _SETTINGS = {env_name(name) for name in Settings.GROUP_OF}
 # (a pass of whole waves against one with a tail: `chandra,PAGES=512`). GREEDY_TEMPERATURE=T:
 # the temperature a family's greedy attempt is sent at (1 unless set; 0 keeps it greedy, whose
 # answers on dummy weights repeat the prompt's last token: the bench's `--greedy-temperature`).
+# MPS=1, with ENGINES_ON_GPU: the engines' processes as clients of CUDA's Multi-Process Service,
+# whose kernels may then run side by side on the GPU's SMs where without it the GPU takes the
+# processes' kernels in turns (is what two engines on one GPU lose their turns, or the GPU?).
 _CHECK_OWN = {
     "PYSPY_HZ",
     "ENGINES_ON_GPU",
+    "MPS",
     "DIRECT_FIRST",
     "FLASHINFER_SAMPLER",
     "PAGES",
@@ -217,6 +221,9 @@ def parse_spec(spec: str) -> tuple[Target, measured.Start, dict[str, str]]:
     engines = settings.get("ENGINES_ON_GPU", "1")
     if not (engines.isdigit() and 1 <= int(engines) <= 4):
         raise ValueError(f"{spec!r}: ENGINES_ON_GPU is 1 to 4, not {engines!r}")
+    mps = settings.get("MPS", "0")
+    if mps not in ("0", "1") or (mps == "1" and engines == "1"):
+        raise ValueError(f"{spec!r}: MPS is 0 or 1, and 1 only with ENGINES_ON_GPU of 2 or more")
     pages = settings.get("PAGES", str(PAGE_STEP))
     if not (pages.isdigit() and int(pages) % 2 == 0 and PAGE_STEP <= int(pages) <= MAX_PAGES):
         raise ValueError(

@@ -181,7 +181,8 @@ _SETTINGS = {env_name(name) for name in Settings.GROUP_OF}
 # answers on dummy weights repeat the prompt's last token: the bench's `--greedy-temperature`).
 # MPS=1, with ENGINES_ON_GPU: the engines' processes as clients of CUDA's Multi-Process Service,
 # whose kernels may then run side by side on the GPU's SMs where without it the GPU takes the
-# processes' kernels in turns (is what two engines on one GPU lose their turns, or the GPU?).
+# processes' kernels in turns (do two engines on one GPU lose their time to the turns, or to a
+# GPU already full?).
 _CHECK_OWN = {
     "PYSPY_HZ",
     "ENGINES_ON_GPU",

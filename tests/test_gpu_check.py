@@ -174,6 +174,36 @@ def test_the_rows_of_the_engines_vllm_come_first() -> None:
     )
 
 
+def test_a_check_on_an_h100_plans_from_the_h100s_rows_and_its_fewer_sequences() -> None:
+    h100 = "NVIDIA H100 80GB HBM3"  # as nvidia-smi names it on the host
+    rows = [
+        run(engine_ready_s=120.0, pages_per_s=11.0, direct_pages_per_s=11.0),
+        run(gpu=h100, engine_ready_s=70.0, pages_per_s=7.0, direct_pages_per_s=7.0),
+        run(gpu=h100, overrides={"API_SERVER_COUNT": "1"}, engine_ready_s=60.0, pages_per_s=6.5),
+    ]
+    on_h100 = gpu_check.step("olmocr", rows, gpu=h100)
+    assert on_h100.start_s == pytest.approx(70.0 * gpu_check.START_MARGIN)
+    assert "H100" in on_h100.basis
+    # the H100's engine holds 192 sequences at MAX_NUM_SEQS=0: its waves are of 192
+    assert on_h100.pages == gpu_check.pages_for(7.0, 192) != gpu_check.pages_for(7.0)
+    # its rows at the spec's settings first, then its defaults, before the H200's
+    assert gpu_check.step("olmocr,API_SERVER_COUNT=1", rows, gpu="H100").start_s == pytest.approx(
+        60.0 * gpu_check.START_MARGIN
+    )
+    assert gpu_check.step("olmocr,MAX_NUM_SEQS=128", rows, gpu="H100").start_s == pytest.approx(
+        70.0 * gpu_check.START_MARGIN
+    )
+    # the H200 (named, or by default) and a card the planner does not know: the H200's rows
+    for gpu in ("NVIDIA H200", "", "NVIDIA A100-SXM4-80GB"):
+        s = gpu_check.step("olmocr", rows, gpu=gpu)
+        assert s.start_s == pytest.approx(120.0 * gpu_check.START_MARGIN)
+        assert s.pages == gpu_check.pages_for(11.0)
+    # an H100 without rows of the model: the H200's, its waves the H100's
+    bare = gpu_check.step("olmocr", rows[:1], gpu=h100)
+    assert bare.start_s == pytest.approx(120.0 * gpu_check.START_MARGIN)
+    assert bare.pages == gpu_check.pages_for(11.0, 192)
+
+
 def test_lightonocr_2_gets_transformers_5_16_on_vllm_0_26_only() -> None:
     assert gpu_check.step("lighton-ocr", [], "0.26").env == {"TF516": "1"}
     assert gpu_check.step("lighton-ocr", [], "0.32").env == {}

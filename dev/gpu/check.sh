@@ -10,8 +10,9 @@
 # On the GPU host, from the project's root (the bundle in /tmp/acc, see dev/gpu/env.sh):
 #   COMMIT=<the commit's short hash> [VLLM=0.26|0.32|0.33] [LABEL=call1] \
 #     bash dev/gpu/check.sh BUDGET_S TARGET[:warm][,VAR=VALUE...]...
-# Here, the plan alone with each run's estimate (nothing runs):
-#   DRY_RUN=1 bash dev/gpu/check.sh 560 lighton-ocr olmocr olmocr:warm
+# Here, the plan alone with each run's estimate (nothing runs), on the card GPU names (H100 or
+# H200, the default; on the host, the card nvidia-smi names): its rows first, its memory the waves
+#   DRY_RUN=1 [GPU=H100] bash dev/gpu/check.sh 560 lighton-ocr olmocr olmocr:warm
 # SAMPLER_BENCH=1 first times vLLM's top-p filter alone (dev/gpu/sampler_bench.py, sampler.txt).
 # PAGE_ARITH=1 first times each family's page arithmetic alone on the host's own torch
 # (dev/gpu/page_arith.py, PAGE_ARITH_PAGES's configs and pages; about a minute): page-arith.jsonl,
@@ -44,7 +45,7 @@ if [ "${DRY_RUN:-0}" = 1 ]; then
   py=${PYTHON:-python3}
   [ -x .venv/bin/python ] && py=${PYTHON:-.venv/bin/python}
   PYTHONPATH=$PWD/src exec "$py" -m vlm_ocr_lab.bench.gpu_check plan "$budget" "$@" \
-    --vllm "$vllm" --data benchmarks/gpu.jsonl
+    --vllm "$vllm" --gpu "${GPU:-H200}" --data benchmarks/gpu.jsonl
 fi
 A=${ACC:-/tmp/acc}  # where the bundle is unpacked (dev/gpu/env.sh)
 out=${OUT:?set OUT: the folder whose files come back}
@@ -65,6 +66,7 @@ if ! command -v nvidia-smi > /dev/null; then
   echo "check.sh runs on the GPU host (no nvidia-smi here); DRY_RUN=1 prints its plan anywhere" >&2
   exit 3
 fi
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)  # the planner's card
 label=${LABEL:-call-$(date +%H%M%S)}
 work=$A/check
 logs=$work/logs-$label
@@ -204,8 +206,8 @@ fresh_done() {  # the targets started fresh on this host so far (their warm star
   for f in "$work"/fresh-*; do [ -e "$f" ] && echo "--fresh-done" "${f##*/fresh-}"; done
 }
 # shellcheck disable=SC2046
-$py -m vlm_ocr_lab.bench.gpu_check plan "$budget" "$@" --vllm "$vllm" --on-host $(fresh_done) \
-  --data benchmarks/gpu.jsonl --data "$rows" > "$logs/plan.txt" 2>&1
+$py -m vlm_ocr_lab.bench.gpu_check plan "$budget" "$@" --vllm "$vllm" --gpu "$gpu" \
+  --on-host $(fresh_done) --data benchmarks/gpu.jsonl --data "$rows" > "$logs/plan.txt" 2>&1
 cat "$logs/plan.txt"
 if [ "${SAMPLER_BENCH:-0}" = 1 ]; then  # vLLM's top-p filter alone, before the runs (about 1 min)
   timeout 240 "$A/vllm-python" dev/gpu/sampler_bench.py > "$logs/sampler.txt" 2>&1
@@ -231,8 +233,8 @@ for spec in "$@"; do
   read -r -a done_args <<< "$(fresh_done | tr '\n' ' ')"
   target=$spec tag='' skip='' kind='' generator='' checkpoint='' pages=0 estimate=0 limit=0 run_env=''
   engines=1
-  eval "$($py -m vlm_ocr_lab.bench.gpu_check step "$spec" --left "$left" \
-    --vllm "$vllm" --data benchmarks/gpu.jsonl --data "$rows" "${done_args[@]}")"
+  eval "$($py -m vlm_ocr_lab.bench.gpu_check step "$spec" --left "$left" --vllm "$vllm" \
+    --gpu "$gpu" --data benchmarks/gpu.jsonl --data "$rows" "${done_args[@]}")"
   [ -z "$skip$kind" ] && skip="skipped: the planner gave no step (see plan.txt)"
   if [ -n "$skip" ]; then say "$spec: $skip"; continue; fi
   dir=$A/dummy/${checkpoint##*/}  # the checkpoint's name: a fine-tune is told by it

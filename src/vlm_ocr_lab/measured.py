@@ -24,6 +24,12 @@ from vlm_ocr.settings import Settings, StartMode
 DATA = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu.jsonl"
 REFERENCE_GPU = "H200"  # the card every measured figure in the docs is compared on
 
+
+def card(gpu: str) -> str:
+    """A card's short name as the tables write it: `NVIDIA H100 80GB HBM3` is `H100`."""
+    return gpu.removeprefix("NVIDIA ").split(" ")[0]
+
+
 Start = Literal["fresh", "warm"]
 REQUIRED = (
     "date",
@@ -122,7 +128,7 @@ class Run:
         # the card: the docs' figures and goals are one H200's, and another card's pace and
         # memory are its own (an H100 holds fewer pages at once and reads them slower)
         if self.gpu and REFERENCE_GPU not in self.gpu:
-            off["GPU"] = self.gpu.removeprefix("NVIDIA ").split(" ")[0]
+            off["GPU"] = card(self.gpu)
         return off
 
     @property

@@ -45,7 +45,9 @@ PAGE_STEP = 32  # pages in steps of this (two jobs of equal halves)
 # sequences running: a pace of the engine part-full).
 WAVES = 2
 WAVE_PASS_S = 60.0
-H200_GIB = 139.0  # the GPU host's card: MAX_NUM_SEQS=0 gives its engine this many sequences
+# The lent cards' memory, which gives the engine its sequences at MAX_NUM_SEQS=0 (an H100 fewer
+# than an H200) and so sizes a run's waves; another card is planned as the reference one.
+CARD_GIB = {measured.REFERENCE_GPU: 139.0, "H100": 80.0}
 START_MARGIN = 1.1  # a start on another host took up to 7 % longer (192.8 s and 206.0 s)
 TIME_LIMIT_MARGIN = 1.5  # the bench's --time-limit over the estimate: a slower run still ends
 OVERHEAD_S = 25.0  # the dummy folder, the jobs' PDFs, the direct path's renders, ending vLLM
@@ -235,17 +237,26 @@ def parse_spec(spec: str) -> tuple[Target, measured.Start, dict[str, str]]:
 
 
 def _rows_of(
-    target: Target, rows: list[measured.Run], vllm: str, settings: dict[str, str] | None = None
+    target: Target,
+    rows: list[measured.Run],
+    vllm: str,
+    settings: dict[str, str] | None = None,
+    gpu: str = "",
 ) -> list[measured.Run]:
-    """The model's rows at the spec's worker settings where it has any (`START_MODE=fast`
-    starts apart from the defaults'), else at its defaults; those of this vLLM first."""
+    """The model's rows at the spec's worker settings on the check's card, else at the defaults
+    on that card (an H100's start and pace are its own: its engine holds fewer sequences, and its
+    hosts start engines at their own speed), else at the settings on the reference card, else at
+    the defaults there (`START_MODE=fast` starts apart from the defaults'); those of this vLLM
+    first."""
     want = {k: v for k, v in (settings or {}).items() if k not in _CHECK_OWN}
+    name = measured.card(gpu)
+    on_card = {"GPU": name} if name in CARD_GIB and name != measured.REFERENCE_GPU else {}
     model = [r for r in rows if r.model == target.checkpoint]
-    mine = [r for r in model if want and r.off_defaults == want] or [
-        r for r in model if r.at_defaults
-    ]
-    same = [r for r in mine if vllm and r.vllm.startswith(vllm)]
-    return same or mine
+    for off in (want | on_card, on_card, want, {}):
+        if mine := [r for r in model if r.off_defaults == off]:
+            same = [r for r in mine if vllm and r.vllm.startswith(vllm)]
+            return same or mine
+    return []
 
 
 def fast_share(rows: list[measured.Run], vllm: str = "") -> float | None:
@@ -269,10 +280,11 @@ def _last(rows: list[measured.Run], have: str, start: str | None = None) -> meas
     return found[-1] if found else None
 
 
-def step(spec: str, rows: list[measured.Run], vllm: str = "") -> Step:
-    """The run a spec asks for, sized from the model's last rows."""
+def step(spec: str, rows: list[measured.Run], vllm: str = "", gpu: str = "") -> Step:
+    """The run a spec asks for on the card `gpu` (the reference card where empty), sized from
+    the model's last rows."""
     target, start, settings = parse_spec(spec)
-    mine = _rows_of(target, rows, vllm, settings)
+    mine = _rows_of(target, rows, vllm, settings, gpu)
     env = target.env_by_vllm.get(vllm or "0.26", {})
     fresh = _last(mine, "engine_ready_s", "fresh")
     fresh_s = fresh.engine_ready_s if fresh and fresh.engine_ready_s else target.start_s
@@ -295,8 +307,9 @@ def step(spec: str, rows: list[measured.Run], vllm: str = "") -> Step:
     paced = _last(mine, "pages_per_s", "fresh") or _last(mine, "pages_per_s")  # with its direct
     worker = paced.pages_per_s if paced and paced.pages_per_s else target.pages_per_s
     direct = paced.direct_pages_per_s if paced and paced.direct_pages_per_s else worker
-    # a spec's MAX_NUM_SEQS is what the engine's waves are made of (0: the H200's default)
-    seqs = int(settings.get("MAX_NUM_SEQS") or 0) or None
+    # a spec's MAX_NUM_SEQS is what the engine's waves are made of (0: the card's default)
+    gib = CARD_GIB.get(measured.card(gpu), CARD_GIB[measured.REFERENCE_GPU])
+    seqs = int(settings.get("MAX_NUM_SEQS") or 0) or default_max_num_seqs(gib)
     pages = int(settings.get("PAGES") or 0) or pages_for(max(worker, direct), seqs)
     basis = f"start: {start_basis}; pace: {_basis(paced)}"
     passes_s = pages / worker + pages / direct
@@ -305,16 +318,18 @@ def step(spec: str, rows: list[measured.Run], vllm: str = "") -> Step:
 
 def pages_for(pages_per_s: float, seqs: int | None = None) -> int:
     """The fewest pages, in steps of PAGE_STEP, that keep a pass PASS_S long at this pace and
-    fill the engine's `seqs` sequences (the H200's default when None) once, and WAVES times
-    where that is a pass of at most WAVE_PASS_S."""
-    seqs = seqs or default_max_num_seqs(H200_GIB)
+    fill the engine's `seqs` sequences (the reference card's default when None) once, and WAVES
+    times where that is a pass of at most WAVE_PASS_S."""
+    seqs = seqs or default_max_num_seqs(CARD_GIB[measured.REFERENCE_GPU])
     waves = max(seqs, min(WAVES * seqs, math.floor(WAVE_PASS_S * pages_per_s)))
     want = max(MIN_PAGES, math.ceil(PASS_S * pages_per_s), waves)
     return min(MAX_PAGES, math.ceil(want / PAGE_STEP) * PAGE_STEP)
 
 
 def _basis(row: measured.Run | None) -> str:
-    return f"row of {row.date} at {row.commit}, vLLM {row.vllm}" if row else "the target's guess"
+    if not row:
+        return "the target's guess"
+    return f"row of {row.date} at {row.commit}, vLLM {row.vllm}, {measured.card(row.gpu)}"
 
 
 def plan(
@@ -323,16 +338,18 @@ def plan(
     rows: list[measured.Run],
     vllm: str = "",
     fresh_done: set[str] | None = None,
+    gpu: str = "",
 ) -> list[tuple[Step, str]]:
-    """Each spec's step and what becomes of it in a call of `budget_s` seconds: `runs`, or why
-    it is skipped, each run taking its estimate from what is left. A warm start needs its
-    target's fresh start before it on this host: in this plan, or in `fresh_done` (the runs of
-    earlier calls; None: not known, as in a dry run, where it is assumed)."""
+    """Each spec's step on the card `gpu` and what becomes of it in a call of `budget_s`
+    seconds: `runs`, or why it is skipped, each run taking its estimate from what is left. A
+    warm start needs its target's fresh start before it on this host: in this plan, or in
+    `fresh_done` (the runs of earlier calls; None: not known, as in a dry run, where it is
+    assumed)."""
     left = budget_s - RESERVE_S
     done = set(fresh_done or ())
     out = []
     for spec in specs:
-        s = step(spec, rows, vllm)
+        s = step(spec, rows, vllm, gpu)
         if s.start == "warm" and fresh_done is not None and s.target.name not in done:
             out.append((s, "skipped: no fresh start of it on this host before it"))
             continue
@@ -497,6 +514,7 @@ def _plan_command(
     rows: list[measured.Run],
     vllm: str,
     fresh_done: set[str] | None = None,
+    gpu: str = "",
 ) -> str:
     """The plan of the specs the check knows, then those it does not, each with its reason."""
     known, refused = [], []
@@ -506,7 +524,7 @@ def _plan_command(
             known.append(spec)
         except ValueError as exc:
             refused.append(f"{spec}: skipped: {exc}")
-    steps = plan(known, budget_s, rows, vllm, fresh_done)
+    steps = plan(known, budget_s, rows, vllm, fresh_done, gpu)
     return "\n".join([plan_table(steps, budget_s), *refused])
 
 
@@ -534,6 +552,12 @@ def main(argv: list[str] | None = None) -> int:
         )
         q.add_argument("--data", type=Path, action="append")
         q.add_argument("--vllm", default="", help="the engine's vLLM (0.26, 0.32): its rows first")
+        q.add_argument(
+            "--gpu",
+            default="",
+            help="the card the check runs on (nvidia-smi's name, or H100, H200): its rows first, "
+            "and its memory sizes the engine's waves",
+        )
     q = sub.add_parser("summary")
     q.add_argument("rows", type=Path, nargs="+")
     q.add_argument("--together", action="store_true", help="engines that shared the GPU")
@@ -551,9 +575,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "plan":
             done = set(args.fresh_done or ()) if args.on_host or args.fresh_done else None
-            print(_plan_command(args.specs, args.budget_s, rows, args.vllm, done))
+            print(_plan_command(args.specs, args.budget_s, rows, args.vllm, done, args.gpu))
             return 0
-        ((s, fate),) = plan([args.spec], args.left, rows, args.vllm, set(args.fresh_done or ()))
+        done = set(args.fresh_done or ())
+        ((s, fate),) = plan([args.spec], args.left, rows, args.vllm, done, args.gpu)
     except ValueError as exc:
         print(f"skip={shlex.quote(str(exc))}")
         return 0

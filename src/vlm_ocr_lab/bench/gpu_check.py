@@ -241,16 +241,15 @@ def _rows_of(
     rows: list[measured.Run],
     vllm: str,
     settings: dict[str, str] | None = None,
-    gpu: str = "",
+    card: str = measured.REFERENCE_GPU,
 ) -> list[measured.Run]:
-    """The model's rows at the spec's worker settings on the check's card, else at the defaults
+    """The model's rows at the spec's worker settings on the check's `card`, else at the defaults
     on that card (an H100's start and pace are its own: its engine holds fewer sequences, and its
     hosts start engines at their own speed), else at the settings on the reference card, else at
     the defaults there (`START_MODE=fast` starts apart from the defaults'); those of this vLLM
     first."""
     want = {k: v for k, v in (settings or {}).items() if k not in _CHECK_OWN}
-    name = measured.card(gpu)
-    on_card = {"GPU": name} if name in CARD_GIB and name != measured.REFERENCE_GPU else {}
+    on_card = {} if card == measured.REFERENCE_GPU else {"GPU": card}
     model = [r for r in rows if r.model == target.checkpoint]
     for off in (want | on_card, on_card, want, {}):
         if mine := [r for r in model if r.off_defaults == off]:
@@ -284,7 +283,9 @@ def step(spec: str, rows: list[measured.Run], vllm: str = "", gpu: str = "") -> 
     """The run a spec asks for on the card `gpu` (the reference card where empty), sized from
     the model's last rows."""
     target, start, settings = parse_spec(spec)
-    mine = _rows_of(target, rows, vllm, settings, gpu)
+    card = measured.card(gpu)
+    card = card if card in CARD_GIB else measured.REFERENCE_GPU  # one it knows, else the H200
+    mine = _rows_of(target, rows, vllm, settings, card)
     env = target.env_by_vllm.get(vllm or "0.26", {})
     fresh = _last(mine, "engine_ready_s", "fresh")
     fresh_s = fresh.engine_ready_s if fresh and fresh.engine_ready_s else target.start_s
@@ -308,8 +309,7 @@ def step(spec: str, rows: list[measured.Run], vllm: str = "", gpu: str = "") -> 
     worker = paced.pages_per_s if paced and paced.pages_per_s else target.pages_per_s
     direct = paced.direct_pages_per_s if paced and paced.direct_pages_per_s else worker
     # a spec's MAX_NUM_SEQS is what the engine's waves are made of (0: the card's default)
-    gib = CARD_GIB.get(measured.card(gpu), CARD_GIB[measured.REFERENCE_GPU])
-    seqs = int(settings.get("MAX_NUM_SEQS") or 0) or default_max_num_seqs(gib)
+    seqs = int(settings.get("MAX_NUM_SEQS") or 0) or default_max_num_seqs(CARD_GIB[card])
     pages = int(settings.get("PAGES") or 0) or pages_for(max(worker, direct), seqs)
     basis = f"start: {start_basis}; pace: {_basis(paced)}"
     passes_s = pages / worker + pages / direct

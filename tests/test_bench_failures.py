@@ -85,24 +85,31 @@ def test_a_run_cut_by_its_time_limit_counts_what_was_not_done(capsys) -> None:
 
 
 def test_benches_sharing_a_gpu_start_their_passes_together(capsys, tmp_path) -> None:
-    # dev/gpu/pair.sh: each bench says its engine is ready, then waits for the go file
+    # dev/gpu/check.sh (ENGINES_ON_GPU): each bench says its engine is ready, then waits for the
+    # go file; after its passes it says so again and waits for GO.second before the direct path
     go = tmp_path / "go"
     done: list[int] = []
-    t = threading.Thread(
-        target=lambda: done.append(
-            cli.main([*INSTANT, "--faults", "0", "--pages", "2", "--start-together", str(go)])
-        )
-    )
+    argv = [*INSTANT, "--faults", "0", "--pages", "2", "--direct", "--start-together", str(go)]
+    t = threading.Thread(target=lambda: done.append(cli.main(argv)))
     t.start()
-    deadline = time.monotonic() + 120
-    while not list(tmp_path.glob("go.ready-*")) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert [p.name for p in tmp_path.glob("go.ready-*")] == [f"go.ready-{os.getpid()}"]
-    time.sleep(0.5)
-    assert t.is_alive() and not done  # no pass before the go
+
+    def said_ready(name: str) -> list[str]:
+        deadline = time.monotonic() + 120
+        while not list(tmp_path.glob(f"{name}.ready-*")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)  # and it waits there
+        assert t.is_alive() and not done
+        return [p.name for p in tmp_path.glob(f"{name}.ready-*")]
+
+    assert said_ready("go") == [f"go.ready-{os.getpid()}"]  # no pass before the go
     go.touch()
+    # its passes done, no direct path before the second go (the figures are printed at the end)
+    assert said_ready("go.second") == [f"go.second.ready-{os.getpid()}"]
+    (tmp_path / "go.second").touch()
     t.join(120)
     out = capsys.readouterr().out
     assert done == [0]
-    assert f"engine ready; waiting for {go} to start the passes" in out
     assert re.search(r"pages: 2  failed: 0  wall: [\d.]+ s  pages/s: [\d.]+  ", out)
+    assert f"engine ready; waiting for {go} to start the passes" in out
+    assert f"engine ready; waiting for {go}.second to start the direct path" in out
+    assert re.search(r"direct to server: pages/s: [\d.]+", out)

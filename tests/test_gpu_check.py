@@ -331,9 +331,9 @@ def test_engines_sharing_the_gpu_are_planned_as_such() -> None:
     values = dict(part.split("=", 1) for part in shlex.split(shared.shell(5000)))
     assert values["engines"] == "2" and values["run_env"] == "ENGINES_ON_GPU=2"
     # the second engine starts once the first is ready, on its caches; the worker passes run
-    # at once, none slower than its share; no direct path
+    # at once, then the direct paths, each engine at its share of the GPU
     starts = alone.start_s * (1 + gpu_check.WARM_SHARE)
-    assert shared.estimate_s == starts + alone.passes_s + gpu_check.OVERHEAD_S
+    assert shared.estimate_s == starts + 2 * alone.passes_s + gpu_check.OVERHEAD_S
     for bad in ("0", "5", "two"):
         with pytest.raises(ValueError, match="ENGINES_ON_GPU is 1 to 4"):
             gpu_check.parse_spec(f"chandra,ENGINES_ON_GPU={bad}")
@@ -355,6 +355,16 @@ def test_the_summary_adds_up_engines_that_shared_the_gpu() -> None:
     assert gpu_check.summary([run(pages_per_s=None)], together=True).endswith(
         "no pace (an engine gave none)"
     )
+    # their direct paths, also run at once, add up too, where every engine has one
+    direct = [
+        run(pages_per_s=7.5, direct_pages_per_s=8.0),
+        run(pages_per_s=8.0, direct_pages_per_s=9.0),
+    ]
+    assert gpu_check.summary(direct, together=True).splitlines()[-1] == (
+        "together, 2 engines sharing the GPU: pages/s 15.50 / direct 17.00"
+    )
+    one_direct = [run(pages_per_s=7.5, direct_pages_per_s=8.0), run(pages_per_s=8.0)]
+    assert gpu_check.summary(one_direct, together=True).endswith("pages/s 15.50")
     # answers that came back empty (a stand-in's greedy answers) are said beside the pace
     textless = run(pages_per_s=7.0, answers_without_text=960)
     assert gpu_check.summary([textless]).endswith("pages/s 7, 960 answers without text")

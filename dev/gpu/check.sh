@@ -161,12 +161,28 @@ bench() {  # the worker's bench of the run's model ($dir), its output to $1, the
     --time-limit "$limit" --commit "$commit" --model "$checkpoint" "$@" > "$out" 2>&1
 }
 
+release() {  # release GO PID...: once every bench still running has said it is ready
+  # (GO.ready-PID, the bench's --start-together), make GO; a bench that ended is waited for no more
+  local go=$1 alive p
+  shift
+  while :; do
+    alive=0
+    for p in "$@"; do kill -0 "$p" 2> /dev/null && alive=$((alive + 1)); done
+    [ "$(find "$work" -maxdepth 1 -name "${go##*/}.ready-*" | wc -l)" -ge "$alive" ] && break
+    sleep 1
+  done
+  touch "$go"
+}
+
 run_shared() {  # ENGINES_ON_GPU=N: N benches whose engines share the GPU, each with its share of
   # GPU_MEMORY_UTILIZATION; each starts once the one before is ready (no two profiling runs at
   # once: each would count the other's memory as its own), then all run their worker passes at
-  # once (--start-together), no direct path; their rows go to TAG-shared-K.jsonl, apart
-  local dir=$1 log=$2 k pid go=$work/go-$tag share profile=()  # (py-spy: a single engine only)
-  rm -f "$go" "$go".ready-* "$work"/shared-*.jsonl
+  # once (--start-together), then their direct paths at once (GO.second; DIRECT_FIRST=1 the other
+  # way round); their rows go to TAG-shared-K.jsonl, apart
+  local dir=$1 log=$2 k pid pids=() go=$work/go-$tag share profile=()  # (py-spy: one engine only)
+  local phases=(--direct)
+  [ "${DIRECT_FIRST:-0}" = 1 ] && phases+=(--direct-first)
+  rm -f "$go" "$go".ready-* "$go".second "$go".second.ready-* "$work"/shared-*.jsonl
   share=$(python3 -c "print(round(${GPU_MEMORY_UTILIZATION:-0.9} / $ENGINES_ON_GPU, 3))")
   # MPS=1: the engines as clients of CUDA's Multi-Process Service, whose kernels may share the
   # SMs; the GPU's compute mode stays as it is, and the daemon, on a pipe of this run's own (no
@@ -186,15 +202,18 @@ run_shared() {  # ENGINES_ON_GPU=N: N benches whose engines share the GPU, each 
   fi
   for k in $(seq "$ENGINES_ON_GPU"); do
     VLLM_PORT=$((port + 1000 * k)) GPU_MEMORY_UTILIZATION=$share bench "${log%.txt}-$k.txt" \
-      --pages $((pages / 2)) --jobs 2 --start-together "$go" --record "$work/shared-$k.jsonl" \
+      --pages $((pages / 2)) --jobs 2 "${phases[@]}" --start-together "$go" \
+      --record "$work/shared-$k.jsonl" \
       --note "GPU check $label: engine $k of $ENGINES_ON_GPU sharing the GPU$mps_note" &
     pid=$!
+    pids+=("$pid")
     while [ "$(find "$work" -maxdepth 1 -name "go-$tag.ready-*" | wc -l)" -lt "$k" ] \
       && kill -0 "$pid" 2> /dev/null; do
       sleep 1
     done
   done
   touch "$go"
+  release "$go.second" "${pids[@]}" &  # the second phase at once too
   wait
   [ "$mps" = 1 ] && { echo quit | nvidia-cuda-mps-control; } > /dev/null 2>&1
   return 0

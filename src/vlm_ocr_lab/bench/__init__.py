@@ -115,7 +115,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="benches sharing one GPU (the GPU check's ENGINES_ON_GPU): once the engine is "
         "ready, write FILE.ready-PID and wait until FILE exists (within --time-limit) before "
-        "the passes, so their passes run at the same time",
+        "the passes, so their passes run at the same time; with --direct, the same with "
+        "FILE.second before the direct path (before the passes with --direct-first)",
     )
     _stand_in_arguments(p)
     _record_arguments(p)

@@ -135,9 +135,10 @@ class Step:
     def estimate_s(self) -> float:
         if self.engines > 1:
             # each engine starts once the one before is ready (the later ones on its caches),
-            # then their worker passes run at once, none faster than its share, no direct path
+            # then their worker passes run at once, then their direct paths, each engine no
+            # faster than its share of the GPU
             starts = self.start_s * (1 + WARM_SHARE * (self.engines - 1))
-            return starts + self.passes_s / 2 * self.engines + OVERHEAD_S
+            return starts + self.passes_s * self.engines + OVERHEAD_S
         return self.start_s + self.passes_s + OVERHEAD_S
 
     def time_limit_s(self, left_s: float) -> int:
@@ -172,8 +173,9 @@ _WORDS = re.compile(rf"{_VALUE.pattern}( {_VALUE.pattern})*")
 _SETTINGS = {env_name(name) for name in Settings.GROUP_OF}
 # The check's own variables a spec may set: check.sh reads them, the worker does not, so a row's
 # overrides never hold them (its note does). PYSPY_HZ: sample the run's processes with py-spy.
-# ENGINES_ON_GPU: that many benches whose engines share the GPU, their passes run at once
-# (is a second engine core worth half the memory?), their rows kept apart from the data's.
+# ENGINES_ON_GPU: that many benches whose engines share the GPU, their passes run at once and
+# then their direct paths (is a second engine core worth half the memory?), their rows kept
+# apart from the data's.
 # DIRECT_FIRST=1: the direct path before the worker's pass (is the worker's gap the engine's
 # first busy minute after its start?). FLASHINFER_SAMPLER=1: vLLM's FlashInfer top-p sampler, as
 # in the image, in place of the Triton filter the host runs otherwise (dev/gpu/env.sh; the row's
@@ -409,6 +411,9 @@ def summary(rows: list[measured.Run], together: bool = False) -> str:
             if None in paces or not paces
             else f"pages/s {sum(p for p in paces if p is not None):.2f}"
         )
+        direct = [r.direct_pages_per_s for r in rows]
+        if paces and None not in paces and direct and all(direct):
+            total += f" / direct {sum(d for d in direct if d):.2f}"
         out.append(f"together, {len(rows)} engines sharing the GPU: {total}")
     return "\n".join(out)
 

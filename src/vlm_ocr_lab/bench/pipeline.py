@@ -159,10 +159,15 @@ async def _start_and_measure(
     run.cold_start = time.perf_counter() - t0
     if not args.pages:  # --pages 0: the start alone
         return
-    if args.start_together:
-        await _start_together(args.start_together, deadline)
+    go = args.start_together
+    if go:
+        await _start_together(
+            go, deadline, "the direct path" if args.direct_first else "the passes"
+        )
     if args.direct_first:
         await _direct_into(run, worker, args, deadline)
+        if go:  # the benches' second phase at once too, whichever finished its first sooner
+            await _start_together(second_phase(go), deadline, "the worker's passes")
     # Later passes run on an engine that has seen the workload: a first pass slower than the
     # next is start-up work the warm-up page did not do.
     passes = []
@@ -180,6 +185,8 @@ async def _start_and_measure(
         )
     run.figures = passes[-1] | {"earlier_passes": passes[:-1]} | run.figures
     if args.direct and not args.direct_first:
+        if go:
+            await _start_together(second_phase(go), deadline, "the direct path")
         await _direct_into(run, worker, args, deadline)
 
 
@@ -196,11 +203,17 @@ async def _direct_into(run: Run, worker: Any, args: argparse.Namespace, deadline
     run.figures["direct"]["first"] = bool(args.direct_first)
 
 
-async def _start_together(go: Path, deadline: Deadline) -> None:
-    """Say this bench's engine is ready (`GO.ready-PID`), then wait for `GO`, which whoever runs
-    the benches makes once each has said so."""
+def second_phase(go: Path) -> Path:
+    """`--start-together`'s file for the benches' second phase (the direct path, or the worker's
+    passes after `--direct-first`): `GO.second`, made as `GO` is."""
+    return go.with_name(f"{go.name}.second")
+
+
+async def _start_together(go: Path, deadline: Deadline, what: str) -> None:
+    """Say this bench is ready for its next phase (`GO.ready-PID`), then wait for `GO`, which
+    whoever runs the benches makes once each has said so."""
     go.with_name(f"{go.name}.ready-{os.getpid()}").touch()
-    print(f"engine ready; waiting for {go} to start the passes", flush=True)
+    print(f"engine ready; waiting for {go} to start {what}", flush=True)
     while not go.exists() and deadline.left() != 0:
         await asyncio.sleep(0.2)
 

@@ -161,14 +161,19 @@ bench() {  # the worker's bench of the run's model ($dir), its output to $1, the
     --time-limit "$limit" --commit "$commit" --model "$checkpoint" "$@" > "$out" 2>&1
 }
 
-release() {  # release GO PID...: once every bench still running has said it is ready
-  # (GO.ready-PID, the bench's --start-together), make GO; a bench that ended is waited for no more
+said_ready() {  # said_ready GO: how many benches have said they are ready for GO (GO.ready-PID,
+  # the bench's --start-together)
+  find "$work" -maxdepth 1 -name "${1##*/}.ready-*" | wc -l
+}
+
+release() {  # release GO PID...: once every bench still running has said it is ready for GO,
+  # make GO; a bench that ended is waited for no more
   local go=$1 alive p
   shift
   while :; do
     alive=0
     for p in "$@"; do kill -0 "$p" 2> /dev/null && alive=$((alive + 1)); done
-    [ "$(find "$work" -maxdepth 1 -name "${go##*/}.ready-*" | wc -l)" -ge "$alive" ] && break
+    [ "$(said_ready "$go")" -ge "$alive" ] && break
     sleep 1
   done
   touch "$go"
@@ -207,8 +212,7 @@ run_shared() {  # ENGINES_ON_GPU=N: N benches whose engines share the GPU, each 
       --note "GPU check $label: engine $k of $ENGINES_ON_GPU sharing the GPU$mps_note" &
     pid=$!
     pids+=("$pid")
-    while [ "$(find "$work" -maxdepth 1 -name "go-$tag.ready-*" | wc -l)" -lt "$k" ] \
-      && kill -0 "$pid" 2> /dev/null; do
+    while [ "$(said_ready "$go")" -lt "$k" ] && kill -0 "$pid" 2> /dev/null; do
       sleep 1
     done
   done

@@ -406,14 +406,13 @@ def summary(rows: list[measured.Run], together: bool = False) -> str:
         )
     if together:
         paces = [r.pages_per_s for r in rows]
-        total = (
-            "no pace (an engine gave none)"
-            if None in paces or not paces
-            else f"pages/s {sum(p for p in paces if p is not None):.2f}"
-        )
         direct = [r.direct_pages_per_s for r in rows]
-        if paces and None not in paces and direct and all(direct):
-            total += f" / direct {sum(d for d in direct if d):.2f}"
+        if None in paces or not paces:
+            total = "no pace (an engine gave none)"
+        else:
+            total = f"pages/s {sum(p or 0.0 for p in paces):.2f}"
+            if all(direct):
+                total += f" / direct {sum(d or 0.0 for d in direct):.2f}"
         out.append(f"together, {len(rows)} engines sharing the GPU: {total}")
     return "\n".join(out)
 
